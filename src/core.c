@@ -1,0 +1,175 @@
+/* src/core.c: status strings, error messages, dtypes, conversions, threads. */
+#include "xent_internal.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+static _Thread_local char g_errmsg[1024];
+
+xent_status xent__fail(xent_status s, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_errmsg, sizeof g_errmsg, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+const char *xent_last_error(void) { return g_errmsg; }
+
+const char *xent_strerror(xent_status s) {
+    switch (s) {
+    case XENT_OK: return "ok";
+    case XENT_ERR_NULL: return "a required pointer is NULL";
+    case XENT_ERR_SHAPE: return "invalid or inconsistent shape";
+    case XENT_ERR_LABEL: return "label out of range";
+    case XENT_ERR_DTYPE: return "unsupported dtype";
+    case XENT_ERR_VALUE: return "value out of range";
+    case XENT_ERR_ALLOC: return "out of memory";
+    case XENT_ERR_IO: return "file input/output error";
+    case XENT_ERR_FORMAT: return "malformed file";
+    case XENT_ERR_NOT_FOUND: return "not found";
+    case XENT_ERR_CUDA: return "CUDA error";
+    case XENT_ERR_UNSUPPORTED: return "not supported by this build";
+    case XENT_ERR_INTERNAL: return "internal error";
+    default: return "unknown status";
+    }
+}
+
+const char *xent_version(void) {
+#ifdef XENT_WITH_CUDA
+    return XENT_VERSION " (cpu, cuda)";
+#else
+    return XENT_VERSION " (cpu)";
+#endif
+}
+
+size_t xent_dtype_size(xent_dtype t) {
+    switch (t) {
+    case XENT_F32: case XENT_I32: return 4;
+    case XENT_BF16: case XENT_F16: return 2;
+    case XENT_F64: case XENT_I64: return 8;
+    case XENT_U8: return 1;
+    default: return 0;
+    }
+}
+
+const char *xent_dtype_name(xent_dtype t) {
+    static const char *names[] = {"f32", "bf16", "f16", "f64", "i32", "i64", "u8"};
+    return (unsigned)t < XENT_DTYPE_COUNT ? names[t] : "invalid";
+}
+
+xent_status xent_dtype_parse(const char *s, xent_dtype *out) {
+    static const struct { const char *name; xent_dtype t; } tab[] = {
+        {"f32", XENT_F32}, {"fp32", XENT_F32}, {"float32", XENT_F32}, {"float", XENT_F32},
+        {"bf16", XENT_BF16}, {"bfloat16", XENT_BF16},
+        {"f16", XENT_F16}, {"fp16", XENT_F16}, {"float16", XENT_F16}, {"half", XENT_F16},
+        {"f64", XENT_F64}, {"fp64", XENT_F64}, {"float64", XENT_F64}, {"double", XENT_F64},
+        {"i32", XENT_I32}, {"int32", XENT_I32}, {"i64", XENT_I64}, {"int64", XENT_I64},
+        {"u8", XENT_U8}, {"uint8", XENT_U8},
+    };
+    if (!s || !out) return xent__fail(XENT_ERR_NULL, "xent_dtype_parse: NULL argument");
+    for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++)
+        if (!strcmp(s, tab[i].name)) { *out = tab[i].t; return XENT_OK; }
+    return xent__fail(XENT_ERR_VALUE,
+                      "unknown dtype '%s' (accepted: f32, bf16, f16, f64, i32, i64, u8)", s);
+}
+
+float xent_bf16_to_f32(uint16_t h) { return xent__bf16_f32(h); }
+float xent_f16_to_f32(uint16_t h) { return xent__f16_f32(h); }
+
+uint16_t xent_f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x0040u); /* quiet NaN */
+    uint32_t lsb = (u >> 16) & 1u;
+    u += 0x7FFFu + lsb;
+    return (uint16_t)(u >> 16);
+}
+
+/* Rounds a double to the nearest value with `mant` explicit mantissa bits,
+ * exponent range [emin, emax] (normal numbers), subnormals below; RNE.
+ * Returns the rounded value as a double (exact) or +-inf on overflow. */
+static double round_to_format(double d, int mant, int emin, int emax) {
+    if (!(d == d) || d == 0 || isinf(d)) return d;
+    int e;
+    frexp(d, &e); /* d = m * 2^e, 0.5 <= |m| < 1 -> exponent of d is e-1 */
+    int exp = e - 1;
+    if (exp < emin) exp = emin; /* subnormal spacing */
+    double q = ldexp(1.0, exp - mant);         /* spacing of the format   */
+    double r = nearbyint(d / q) * q;           /* exact: d/q and back     */
+    double maxv = ldexp(2.0 - ldexp(1.0, -mant), emax);
+    /* overflow: above max + half a spacing goes to inf (RNE rule) */
+    if (fabs(r) > maxv) return copysign(INFINITY, d);
+    return r;
+}
+
+uint16_t xent_f64_to_bf16(double d) {
+    if (d != d) return 0x7FC0u;
+    double r = round_to_format(d, 7, -126, 127);
+    return xent_f32_to_bf16((float)r); /* exact: r is a bf16 value */
+}
+
+uint16_t xent_f32_to_f16(float f) { return xent_f64_to_f16((double)f); }
+
+uint16_t xent_f64_to_f16(double d) {
+    uint16_t sign = signbit(d) ? 0x8000u : 0;
+    if (d != d) return 0x7E00u;
+    double r = round_to_format(d, 10, -14, 15);
+    double a = fabs(r);
+    if (isinf(a)) return sign | 0x7C00u;
+    if (a == 0) return sign;
+    int e;
+    double m = frexp(a, &e); /* a = m 2^e */
+    int exp = e - 1;
+    if (exp < -14) /* subnormal: a = k * 2^-24 */
+        return sign | (uint16_t)(a * 0x1.0p24);
+    uint16_t mant = (uint16_t)((m * 2.0 - 1.0) * 1024.0);
+    return sign | (uint16_t)((exp + 15) << 10) | mant;
+}
+
+int xent__threads(int requested) {
+    int n = requested;
+    if (n <= 0) {
+        const char *e = getenv("XENT_NUM_THREADS");
+        n = e ? atoi(e) : 0;
+    }
+    if (n <= 0) {
+        long c = sysconf(_SC_NPROCESSORS_ONLN);
+        n = c > 0 ? (int)c : 1;
+    }
+    return n < 1 ? 1 : (n > 256 ? 256 : n);
+}
+
+typedef struct {
+    xent__range_fn fn;
+    void *ctx;
+    int64_t begin, end;
+} range_job;
+
+static void *range_thread(void *arg) {
+    range_job *j = arg;
+    j->fn(j->ctx, j->begin, j->end);
+    return NULL;
+}
+
+void xent__parallel_for(int64_t n, int threads, xent__range_fn fn, void *ctx) {
+    if (n <= 0) return;
+    if (threads > n) threads = (int)n;
+    if (threads <= 1) { fn(ctx, 0, n); return; }
+    range_job jobs[256];
+    pthread_t tids[256];
+    int started[256] = {0};
+    for (int k = 0; k < threads; k++) {
+        jobs[k] = (range_job){fn, ctx, n * k / threads, n * (k + 1) / threads};
+    }
+    for (int k = 1; k < threads; k++)
+        started[k] = pthread_create(&tids[k], NULL, range_thread, &jobs[k]) == 0;
+    fn(ctx, jobs[0].begin, jobs[0].end);
+    for (int k = 1; k < threads; k++) {
+        if (started[k]) pthread_join(tids[k], NULL);
+        else fn(ctx, jobs[k].begin, jobs[k].end);
+    }
+}
