@@ -203,7 +203,10 @@ xent_status xent_ce_backward(const xent_ce_input *in, const xent_ce_opts *opts,
  * An unsharded xent_ce runs exactly these steps with S = 1. */
 typedef struct xent_ce_partial {
     double max;    /* largest raw logit among non-target columns (-inf none) */
-    double sum;    /* sum over non-target columns of exp(z'_j - cap(max)/tau) */
+    double sum;    /* S - 1, where S = sum over non-target columns of
+                      exp(z'_j - cap(max)/tau): the columns at the max (each
+                      exactly 1) are counted apart so that S - 1 carries full
+                      relative accuracy; 0 when there is no column          */
     double sumx;   /* sum over non-target columns of that term times
                       (z'_j - cap(max)/tau)  (for the entropy)               */
     double zsum;   /* sum over all columns of z'_j (for label smoothing)     */
@@ -221,6 +224,13 @@ xent_status xent_ce_shard_stats(const xent_ce_input *in,
 xent_status xent_ce_combine(const xent_ce_partial *parts, int S,
                             const xent_ce_input *in, const xent_ce_opts *opts,
                             xent_ce_output *out);
+
+/* ------------------------------------------------------------------------ */
+/* ABI introspection (for bindings that mirror the structs, e.g. ctypes)     */
+/* ------------------------------------------------------------------------ */
+/* sizeof of a public struct named like "xent_ce_opts", or offsetof of one of
+ * its fields named like "xent_ce_opts.threads"; (size_t)-1 if unknown. */
+size_t xent_abi_sizeof(const char *name);
 
 #ifdef __cplusplus
 }

@@ -173,3 +173,39 @@ void xent__parallel_for(int64_t n, int threads, xent__range_fn fn, void *ctx) {
         else fn(ctx, jobs[k].begin, jobs[k].end);
     }
 }
+
+/* ABI introspection: struct sizes and field offsets by name, so that
+ * bindings (python/xent) can check their mirrors of the public structs. */
+#define XENT__ABI_S(t) {#t, sizeof(t)}
+#define XENT__ABI_F(t, f) {#t "." #f, offsetof(t, f)}
+size_t xent_abi_sizeof(const char *name) {
+    static const struct { const char *name; size_t v; } tab[] = {
+        XENT__ABI_S(xent_ce_opts), XENT__ABI_S(xent_ce_input),
+        XENT__ABI_S(xent_ce_stats), XENT__ABI_S(xent_ce_output),
+        XENT__ABI_S(xent_ce_partial),
+        XENT__ABI_F(xent_ce_opts, ignore_index), XENT__ABI_F(xent_ce_opts, reduction),
+        XENT__ABI_F(xent_ce_opts, normalizer), XENT__ABI_F(xent_ce_opts, temperature),
+        XENT__ABI_F(xent_ce_opts, softcap), XENT__ABI_F(xent_ce_opts, z_loss),
+        XENT__ABI_F(xent_ce_opts, label_smoothing), XENT__ABI_F(xent_ce_opts, grad_scale),
+        XENT__ABI_F(xent_ce_opts, vocab_start), XENT__ABI_F(xent_ce_opts, vocab_total),
+        XENT__ABI_F(xent_ce_opts, threads),
+        XENT__ABI_F(xent_ce_input, logits), XENT__ABI_F(xent_ce_input, dtype),
+        XENT__ABI_F(xent_ce_input, T), XENT__ABI_F(xent_ce_input, V),
+        XENT__ABI_F(xent_ce_input, ld), XENT__ABI_F(xent_ce_input, labels),
+        XENT__ABI_F(xent_ce_input, label_dtype), XENT__ABI_F(xent_ce_input, grad_rows),
+        XENT__ABI_F(xent_ce_stats, lse), XENT__ABI_F(xent_ce_stats, nll),
+        XENT__ABI_F(xent_ce_output, loss), XENT__ABI_F(xent_ce_output, nll),
+        XENT__ABI_F(xent_ce_output, logprob), XENT__ABI_F(xent_ce_output, lse),
+        XENT__ABI_F(xent_ce_output, entropy), XENT__ABI_F(xent_ce_output, stats),
+        XENT__ABI_F(xent_ce_output, grad), XENT__ABI_F(xent_ce_output, grad_dtype),
+        XENT__ABI_F(xent_ce_output, ld_grad), XENT__ABI_F(xent_ce_output, n_counted),
+        XENT__ABI_F(xent_ce_output, n_nonfinite),
+        XENT__ABI_F(xent_ce_partial, max), XENT__ABI_F(xent_ce_partial, sum),
+        XENT__ABI_F(xent_ce_partial, sumx), XENT__ABI_F(xent_ce_partial, zsum),
+        XENT__ABI_F(xent_ce_partial, target), XENT__ABI_F(xent_ce_partial, flags),
+    };
+    if (!name) return (size_t)-1;
+    for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++)
+        if (!strcmp(name, tab[i].name)) return tab[i].v;
+    return (size_t)-1;
+}
