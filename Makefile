@@ -33,7 +33,7 @@ LIB_EXTRA_OBJ ?=
 
 HEADERS := $(wildcard include/*.h include/xent/*.h src/*.h src/*/*.h tools/*.h tests/*.h)
 
-.PHONY: all lib cli tests test test-c test-asan demo clean bench header-check
+.PHONY: all lib cli tests test test-c test-asan demo clean bench header-check setup
 all: lib cli tests header-check
 
 -include mk/*.mk
@@ -85,10 +85,16 @@ test-asan:
 	  LDFLAGS="-fsanitize=address,undefined" build-asan/xent_tests build-asan/xent
 	XENT_SANITIZER=1 build-asan/xent_tests $(TEST_ARGS)
 
-test: all
+# Installs missing Debian/Python packages (scripts/setup.sh; idempotent).
+setup:
+	@sh scripts/setup.sh
+
+test: setup
+	@$(MAKE) --no-print-directory all
 	@sh tests/run_all.sh
 
-demo: all
+demo: setup
+	@$(MAKE) --no-print-directory all
 	$(BUILD)/xent sweep
 
 bench: all

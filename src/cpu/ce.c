@@ -186,6 +186,8 @@ typedef struct {
     double b;     /* eps / vocab_total                                      */
     double lse;
     double tgrad; /* dL/dz'_t / g: expm1(-nll) + 2k lse p_t + eps(1 - 1/V)  */
+    double M;     /* the shift of pass 2: z'(max of the non-target columns)  */
+    double s;     /* exp(M - lse): p_j = exp(z'_j - M) s                     */
 } grad_row_params;
 
 /* ------------------------------------------------------------------------ */
@@ -253,7 +255,7 @@ static void max_range_simd(const float *buf, int64_t a, int64_t b, float *m,
 
 /* lanes of sums8 as vectors */
 static void sum_range_simd(const float *buf, int64_t a, int64_t b,
-                           double inv_tau, double M, sums8 *acc) {
+                           double inv_tau, double M, sums8 *acc, double *eo) {
     __m512d s = _mm512_loadu_pd(acc->s), sx = _mm512_loadu_pd(acc->sx);
     __m512d zs = _mm512_loadu_pd(acc->z), nn = _mm512_loadu_pd(acc->n);
     const __m512d Mv = _mm512_set1_pd(M), it = _mm512_set1_pd(inv_tau);
@@ -265,6 +267,7 @@ static void sum_range_simd(const float *buf, int64_t a, int64_t b,
         __m512d zp = _mm512_mul_pd(z, it);
         __m512d d = _mm512_sub_pd(zp, Mv);
         __m512d e = exp8(d);
+        if (eo) _mm512_mask_storeu_pd(eo + i, k, e);
         __mmask8 top = _mm512_cmp_pd_mask(d, zero, _CMP_EQ_OQ);
         s = _mm512_mask_add_pd(s, k & (__mmask8)~top, s, e);
         nn = _mm512_mask_add_pd(nn, k & top, nn, one);
@@ -277,17 +280,26 @@ static void sum_range_simd(const float *buf, int64_t a, int64_t b,
     _mm512_storeu_pd(acc->n, nn);
 }
 
-/* val[i] = g c (a p_i - b), p_i = exp(z_i / tau - lse) */
-static void grad_vals_simd(const float *buf, int64_t n, double inv_tau,
-                           const grad_row_params *gp, double *val) {
-    const __m512d it = _mm512_set1_pd(inv_tau), lse = _mm512_set1_pd(gp->lse);
-    const __m512d gc = _mm512_set1_pd(gp->g * inv_tau);
-    const __m512d av = _mm512_set1_pd(gp->a), bv = _mm512_set1_pd(gp->b);
+/* e[i] = exp(z_i / tau - M), as pass 2 computes it */
+static void exp_block_simd(const float *buf, int64_t n, double inv_tau, double M,
+                           double *e) {
+    const __m512d it = _mm512_set1_pd(inv_tau), Mv = _mm512_set1_pd(M);
     for (int64_t i = 0; i < n; i += 8) {
         __mmask8 k = n - i >= 8 ? (__mmask8)0xFF : tail8(n - i);
         __m512d z = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(k, buf + i));
-        __m512d p = exp8(_mm512_sub_pd(_mm512_mul_pd(z, it), lse));
-        __m512d v = _mm512_mul_pd(gc, _mm512_sub_pd(_mm512_mul_pd(av, p), bv));
+        _mm512_mask_storeu_pd(e + i, k, exp8(_mm512_sub_pd(_mm512_mul_pd(z, it), Mv)));
+    }
+}
+
+/* val[i] = (g c) (a (e_i s) - b) */
+static void grad_vals_simd(const double *e, int64_t n, double gc,
+                           const grad_row_params *gp, double *val) {
+    const __m512d gcv = _mm512_set1_pd(gc), sv = _mm512_set1_pd(gp->s);
+    const __m512d av = _mm512_set1_pd(gp->a), bv = _mm512_set1_pd(gp->b);
+    for (int64_t i = 0; i < n; i += 8) {
+        __mmask8 k = n - i >= 8 ? (__mmask8)0xFF : tail8(n - i);
+        __m512d p = _mm512_mul_pd(_mm512_maskz_loadu_pd(k, e + i), sv);
+        __m512d v = _mm512_mul_pd(gcv, _mm512_sub_pd(_mm512_mul_pd(av, p), bv));
         _mm512_mask_storeu_pd(val + i, k, v);
     }
 }
@@ -363,9 +375,9 @@ static inline void max_range(const float *buf, int64_t a, int64_t b,
 
 static inline __attribute__((always_inline)) void sum_range(const float *buf, int64_t a, int64_t b,
                              const xform *x, int has_cap, double M,
-                             sums8 *acc) {
+                             sums8 *acc, double *eo) {
 #ifdef XENT_SIMD
-    if (!has_cap) { sum_range_simd(buf, a, b, x->inv_tau, M, acc); return; }
+    if (!has_cap) { sum_range_simd(buf, a, b, x->inv_tau, M, acc, eo); return; }
 #endif
     int64_t i = a;
     for (; i + 8 <= b; i += 8) {
@@ -373,6 +385,7 @@ static inline __attribute__((always_inline)) void sum_range(const float *buf, in
             double zp = xform_apply(x, (double)buf[i + k], has_cap);
             double d = zp - M;
             double e = exp_kernel(d);
+            if (eo) eo[i + k] = e;
             int top = d == 0;
             acc->s[k] += top ? 0.0 : e;
             acc->n[k] += top;
@@ -384,6 +397,7 @@ static inline __attribute__((always_inline)) void sum_range(const float *buf, in
         double zp = xform_apply(x, (double)buf[i], has_cap);
         double d = zp - M;
         double e = exp_kernel(d);
+        if (eo) eo[i] = e;
         int top = d == 0;
         acc->s[k] += top ? 0.0 : e;
         acc->n[k] += top;
@@ -396,17 +410,18 @@ static inline __attribute__((always_inline)) void sum_range(const float *buf, in
  * the transform is specialised away. */
 static inline __attribute__((always_inline)) void
 sum_row(const void *row, xent_dtype dt, int64_t V, int64_t tl, const xform *x,
-        int has_cap, double M, sums8 *acc) {
+        int has_cap, double M, sums8 *acc, double *ebuf /* [V] or NULL */) {
     float buf[BLOCK];
     for (int64_t j0 = 0; j0 < V; j0 += BLOCK) {
         int64_t n = V - j0 < BLOCK ? V - j0 : BLOCK;
         load_block(row, dt, j0, n, buf);
         int64_t t = tl - j0;
+        double *eo = ebuf ? ebuf + j0 : NULL;
         if (t >= 0 && t < n) {
-            sum_range(buf, 0, t, x, has_cap, M, acc);
-            sum_range(buf, t + 1, n, x, has_cap, M, acc);
+            sum_range(buf, 0, t, x, has_cap, M, acc, eo);
+            sum_range(buf, t + 1, n, x, has_cap, M, acc, eo);
         } else {
-            sum_range(buf, 0, n, x, has_cap, M, acc);
+            sum_range(buf, 0, n, x, has_cap, M, acc, eo);
         }
     }
 }
@@ -417,8 +432,10 @@ static double lanes_total(const double *v) {
 
 /* Partial statistics of one row over columns [0, V) of `row`; tl is the
  * target's local column or -1 when this shard does not own it. */
-static void row_partial(const void *row, xent_dtype dt, int64_t V, int64_t tl,
-                        const xform *x, xent_ce_partial *p) {
+/* Pass 1 over the row: max of the raw non-target logits, the NaN/inf flag
+ * (any column, the target included) and the target's raw value. */
+static void row_max(const void *row, xent_dtype dt, int64_t V, int64_t tl,
+                    float *m_out, float *bad_out, double *target_out) {
     float buf[BLOCK];
     float m = -INFINITY, bad = 0.0f;
     double target = 0;
@@ -435,14 +452,33 @@ static void row_partial(const void *row, xent_dtype dt, int64_t V, int64_t tl,
             max_range(buf, 0, n, &m, &bad);
         }
     }
+    *m_out = m;
+    *bad_out = bad;
+    *target_out = target;
+}
+
+/* The shift M of pass 2 for a raw max m (0 when there is no column). */
+static inline double shift_of(const xform *x, float m) {
+    return m == -INFINITY ? 0.0 : xform_apply(x, m, x->has_cap);
+}
+
+/* Passes 1 and 2: the row's partial statistics. ebuf [V] (or NULL)
+ * receives exp(z'_j - M) of every non-target column (0 at the target) when
+ * the row is finite, for the gradient pass to reuse. */
+static void row_partial(const void *row, xent_dtype dt, int64_t V, int64_t tl,
+                        const xform *x, xent_ce_partial *p, double *ebuf) {
+    float m, bad;
+    double target;
+    row_max(row, dt, V, tl, &m, &bad, &target);
     int has_cap = x->has_cap;
-    double M = m == -INFINITY ? 0.0 : xform_apply(x, m, has_cap);
+    double M = shift_of(x, m);
     sums8 acc;
     memset(&acc, 0, sizeof acc);
     double zt = 0;
+    if (ebuf && tl >= 0) ebuf[tl] = 0;
     if (m != -INFINITY && bad == 0.0f) {
-        if (has_cap) sum_row(row, dt, V, tl, x, 1, M, &acc);
-        else sum_row(row, dt, V, tl, x, 0, M, &acc);
+        if (has_cap) sum_row(row, dt, V, tl, x, 1, M, &acc, ebuf);
+        else sum_row(row, dt, V, tl, x, 0, M, &acc, ebuf);
     }
     if (tl >= 0) zt = xform_apply(x, target, has_cap);
     p->max = m;
@@ -560,43 +596,56 @@ static inline void store_range(void *grow, xent_dtype gt, int64_t j0,
 static inline __attribute__((always_inline)) void
 grad_row_impl(const void *row, xent_dtype dt, int64_t V, int64_t tl,
               const xform *x, int has_cap, const grad_row_params *gp,
-              void *grow, xent_dtype gt) {
+              const double *ebuf, void *grow, xent_dtype gt) {
     float buf[BLOCK];
-    double val[BLOCK];
+    double val[BLOCK], eblk[BLOCK];
     for (int64_t j0 = 0; j0 < V; j0 += BLOCK) {
         int64_t n = V - j0 < BLOCK ? V - j0 : BLOCK;
+        int64_t t = tl - j0;
         if (gp->g == 0) {
             memset(val, 0, (size_t)n * sizeof(double));
-        } else {
-            load_block(row, dt, j0, n, buf);
+            store_range(grow, gt, j0, val, n);
+            continue;
+        }
+        /* e_j = exp(z'_j - M): from pass 2's buffer, or computed the same
+         * way (backward from saved statistics); p_j = e_j s. */
+        const double *e = ebuf ? ebuf + j0 : eblk;
+        if (!ebuf || has_cap || (t >= 0 && t < n)) load_block(row, dt, j0, n, buf);
+        if (!ebuf) {
 #ifdef XENT_SIMD
-            if (!has_cap) grad_vals_simd(buf, n, x->inv_tau, gp, val);
+            if (!has_cap) exp_block_simd(buf, n, x->inv_tau, gp->M, eblk);
             else
 #endif
-            for (int64_t i = 0; i < n; i++) {
-                double z = buf[i];
-                double p = exp_kernel(xform_apply(x, z, has_cap) - gp->lse);
-                val[i] = gp->g * xform_slope(x, z, has_cap) * (gp->a * p - gp->b);
-            }
-            int64_t t = tl - j0;
-            if (t >= 0 && t < n)
-                val[t] = gp->g * xform_slope(x, buf[t], has_cap) * gp->tgrad;
+            for (int64_t i = 0; i < n; i++)
+                eblk[i] = exp_kernel(xform_apply(x, buf[i], has_cap) - gp->M);
         }
+#ifdef XENT_SIMD
+        if (!has_cap) grad_vals_simd(e, n, gp->g * x->inv_tau, gp, val);
+        else
+#endif
+        for (int64_t i = 0; i < n; i++) {
+            double c = has_cap ? xform_slope(x, buf[i], 1) : x->inv_tau;
+            val[i] = gp->g * c * (gp->a * (e[i] * gp->s) - gp->b);
+        }
+        if (t >= 0 && t < n)
+            val[t] = gp->g * xform_slope(x, buf[t], has_cap) * gp->tgrad;
         store_range(grow, gt, j0, val, n);
     }
 }
 
 static void grad_row(const void *row, xent_dtype dt, int64_t V, int64_t tl,
-                     const xform *x, const grad_row_params *gp, void *grow,
-                     xent_dtype gt) {
-    if (x->has_cap) grad_row_impl(row, dt, V, tl, x, 1, gp, grow, gt);
-    else grad_row_impl(row, dt, V, tl, x, 0, gp, grow, gt);
+                     const xform *x, const grad_row_params *gp,
+                     const double *ebuf, void *grow, xent_dtype gt) {
+    if (x->has_cap) grad_row_impl(row, dt, V, tl, x, 1, gp, ebuf, grow, gt);
+    else grad_row_impl(row, dt, V, tl, x, 0, gp, ebuf, grow, gt);
 }
 
 static grad_row_params grad_params(const xent_ce_stats *st, int counted,
                                    double g, double kz, double eps,
-                                   double vocab_total) {
+                                   double vocab_total, double M) {
     grad_row_params gp;
+    gp.M = M;
+    gp.s = exp(M - st->lse);
     gp.g = counted ? g : 0.0;
     gp.lse = st->lse;
     gp.a = 1.0 + 2.0 * kz * st->lse;
@@ -766,6 +815,9 @@ static void run_rows(void *ctx, int64_t b0, int64_t b1) {
     const xent_ce_input *in = jb->in;
     size_t esz = xent_dtype_size(in->dtype), gsz = xent_dtype_size(jb->grad_dtype);
     int64_t v0 = jb->o->vocab_start;
+    /* [V] pass 2's exponentials, reused by the gradient pass; without it
+     * (allocation failed) the gradient recomputes the same values */
+    double *ebuf = jb->grad && !jb->stats_in ? malloc((size_t)in->V * sizeof(double)) : NULL;
     for (int64_t b = b0; b < b1; b++) {
         int64_t r0 = b * ROW_BLOCK, r1 = r0 + ROW_BLOCK < in->T ? r0 + ROW_BLOCK : in->T;
         double loss = 0;
@@ -776,17 +828,26 @@ static void run_rows(void *ctx, int64_t b0, int64_t b1) {
             int64_t tl = (t >= v0 && t < v0 + in->V) ? t - v0 : -1;
             int is_counted = t >= 0;
             if (jb->partial_out) { /* shard statistics only */
-                row_partial(row, in->dtype, in->V, tl, &jb->x, &jb->partial_out[r]);
+                row_partial(row, in->dtype, in->V, tl, &jb->x, &jb->partial_out[r], NULL);
                 nonfinite += (jb->partial_out[r].flags & 2) != 0;
                 counted += is_counted;
                 continue;
             }
             xent_ce_stats st;
+            float m = -INFINITY;
+            const double *e = NULL;
             if (jb->stats_in) { /* backward from saved statistics */
                 st = jb->stats_in[r];
+                if (jb->grad && row_scale(jb, r) != 0 && is_counted) {
+                    float bad;
+                    double zt;
+                    row_max(row, in->dtype, in->V, tl, &m, &bad, &zt);
+                }
             } else {
                 xent_ce_partial p;
-                row_partial(row, in->dtype, in->V, tl, &jb->x, &p);
+                row_partial(row, in->dtype, in->V, tl, &jb->x, &p, ebuf);
+                m = (float)p.max;
+                e = (p.flags & 2) ? NULL : ebuf;
                 row_result rr = combine_row(&p, 1, 1, is_counted, &jb->x,
                                             (double)jb->total, jb->eps, jb->kz);
                 write_row_outputs(jb->out, r, &rr, is_counted);
@@ -799,16 +860,17 @@ static void run_rows(void *ctx, int64_t b0, int64_t b1) {
             }
             counted += is_counted;
             if (jb->grad) {
-                grad_row_params gp = grad_params(&st, is_counted, row_scale(jb, r),
-                                                 jb->kz, jb->eps, (double)jb->total);
+                grad_row_params gp = grad_params(&st, is_counted, row_scale(jb, r), jb->kz,
+                                                 jb->eps, (double)jb->total, shift_of(&jb->x, m));
                 char *grow = (char *)jb->grad + (size_t)r * (size_t)jb->ld_grad * gsz;
-                grad_row(row, in->dtype, in->V, tl, &jb->x, &gp, grow, jb->grad_dtype);
+                grad_row(row, in->dtype, in->V, tl, &jb->x, &gp, e, grow, jb->grad_dtype);
             }
         }
         jb->block_loss[b] = loss;
         jb->block_counted[b] = counted;
         jb->block_nonfinite[b] = nonfinite;
     }
+    free(ebuf);
 }
 
 static int64_t count_targets(const xent_ce_input *in, const xent_ce_opts *o) {

@@ -1,0 +1,37 @@
+#!/bin/sh
+# Installs what a fresh machine lacks to build and test xent:
+#   Debian packages listed in .ci/setup-packages.txt (one per line),
+#   Python packages listed in .ci/setup-pip.txt (one per line).
+# Idempotent and quiet when everything is present; `make demo` and
+# `make test` run it first. Set XENT_NO_SETUP=1 to skip it.
+set -eu
+[ "${XENT_NO_SETUP:-0}" = 1 ] && exit 0
+cd "$(dirname "$0")/.."
+
+missing=""
+if [ -f .ci/setup-packages.txt ]; then
+    for p in $(grep -v '^#' .ci/setup-packages.txt); do
+        dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
+    done
+fi
+if [ -n "$missing" ]; then
+    echo "setup: installing Debian packages:$missing"
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing
+fi
+
+PY=${PYTHON:-python3}
+if [ -f .ci/setup-pip.txt ] && command -v "$PY" >/dev/null 2>&1; then
+    pmissing=""
+    for p in $(grep -v '^#' .ci/setup-pip.txt); do
+        mod=$(echo "$p" | sed 's/[<>=].*//; s/-/_/g')
+        [ "$mod" = "setuptools" ] && mod=setuptools
+        "$PY" -c "import $mod" >/dev/null 2>&1 || pmissing="$pmissing $p"
+    done
+    if [ -n "$pmissing" ]; then
+        echo "setup: installing Python packages:$pmissing"
+        "$PY" -m pip install -q $pmissing
+    fi
+fi
