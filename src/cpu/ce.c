@@ -232,19 +232,42 @@ static inline __m512d exp8(__m512d x) {
 static inline __mmask16 tail16(int64_t n) { return (__mmask16)((1u << n) - 1u); }
 static inline __mmask8 tail8(int64_t n) { return (__mmask8)((1u << n) - 1u); }
 
-static void max_range_simd(const float *buf, int64_t a, int64_t b, float *m,
-                           float *bad) {
+/* 16 elements i.. of a row as fp32 (exact); lanes outside k get `fill` */
+static inline __attribute__((always_inline)) __m512
+load16f(const void *src, xent_dtype dt, int64_t i, __mmask16 k, float fill) {
+    __m512 f = _mm512_set1_ps(fill);
+    if (dt == XENT_F32) return _mm512_mask_loadu_ps(f, k, (const float *)src + i);
+    __m256i h = _mm256_maskz_loadu_epi16(k, (const uint16_t *)src + i);
+    __m512 v = dt == XENT_BF16
+                   ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))
+                   : _mm512_cvtph_ps(h);
+    return _mm512_mask_mov_ps(f, k, v);
+}
+
+/* 8 elements i.. as fp64 (exact); lanes outside k are 0 */
+static inline __attribute__((always_inline)) __m512d
+load8d(const void *src, xent_dtype dt, int64_t i, __mmask8 k) {
+    if (dt == XENT_F32) return _mm512_cvtps_pd(_mm256_maskz_loadu_ps(k, (const float *)src + i));
+    __m128i h = _mm_maskz_loadu_epi16(k, (const uint16_t *)src + i);
+    __m256 v = dt == XENT_BF16
+                   ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
+                   : _mm256_cvtph_ps(h);
+    return _mm512_cvtps_pd(v);
+}
+
+static void max_range_simd(const void *src, xent_dtype dt, int64_t a, int64_t b,
+                           float *m, float *bad) {
     __m512 mm = _mm512_set1_ps(-INFINITY), bb = _mm512_setzero_ps();
     int64_t i = a;
     for (; i + 16 <= b; i += 16) {
-        __m512 v = _mm512_loadu_ps(buf + i);
+        __m512 v = load16f(src, dt, i, (__mmask16)0xFFFF, 0.0f);
         mm = _mm512_max_ps(mm, v);
         bb = _mm512_add_ps(bb, _mm512_sub_ps(v, v));
     }
     if (i < b) {
         __mmask16 k = tail16(b - i);
-        __m512 v = _mm512_mask_loadu_ps(_mm512_set1_ps(-INFINITY), k, buf + i);
-        __m512 vz = _mm512_maskz_loadu_ps(k, buf + i);
+        __m512 v = load16f(src, dt, i, k, -INFINITY);
+        __m512 vz = load16f(src, dt, i, k, 0.0f);
         mm = _mm512_max_ps(mm, v);
         bb = _mm512_add_ps(bb, _mm512_sub_ps(vz, vz));
     }
@@ -254,7 +277,7 @@ static void max_range_simd(const float *buf, int64_t a, int64_t b, float *m,
 }
 
 /* lanes of sums8 as vectors */
-static void sum_range_simd(const float *buf, int64_t a, int64_t b,
+static void sum_range_simd(const void *src, xent_dtype dt, int64_t a, int64_t b,
                            double inv_tau, double M, sums8 *acc, double *eo) {
     __m512d s = _mm512_loadu_pd(acc->s), sx = _mm512_loadu_pd(acc->sx);
     __m512d zs = _mm512_loadu_pd(acc->z), nn = _mm512_loadu_pd(acc->n);
@@ -263,7 +286,7 @@ static void sum_range_simd(const float *buf, int64_t a, int64_t b,
     int64_t i = a;
     for (; i < b; i += 8) {
         __mmask8 k = b - i >= 8 ? (__mmask8)0xFF : tail8(b - i);
-        __m512d z = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(k, buf + i));
+        __m512d z = load8d(src, dt, i, k);
         __m512d zp = _mm512_mul_pd(z, it);
         __m512d d = _mm512_sub_pd(zp, Mv);
         __m512d e = exp8(d);
@@ -281,12 +304,12 @@ static void sum_range_simd(const float *buf, int64_t a, int64_t b,
 }
 
 /* e[i] = exp(z_i / tau - M), as pass 2 computes it */
-static void exp_block_simd(const float *buf, int64_t n, double inv_tau, double M,
-                           double *e) {
+static void exp_block_simd(const void *src, xent_dtype dt, int64_t n, double inv_tau,
+                           double M, double *e) {
     const __m512d it = _mm512_set1_pd(inv_tau), Mv = _mm512_set1_pd(M);
     for (int64_t i = 0; i < n; i += 8) {
         __mmask8 k = n - i >= 8 ? (__mmask8)0xFF : tail8(n - i);
-        __m512d z = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(k, buf + i));
+        __m512d z = load8d(src, dt, i, k);
         _mm512_mask_storeu_pd(e + i, k, exp8(_mm512_sub_pd(_mm512_mul_pd(z, it), Mv)));
     }
 }
@@ -341,10 +364,6 @@ static void store_f16_simd(uint16_t *o, const double *v, int64_t n) {
  * Sixteen lanes so that the loop vectorises without reassociation. */
 static inline void max_range(const float *buf, int64_t a, int64_t b,
                              float *m, float *bad) {
-#ifdef XENT_SIMD
-    max_range_simd(buf, a, b, m, bad);
-    return;
-#endif
     float mm[16], bb[16];
     for (int k = 0; k < 16; k++) { mm[k] = -INFINITY; bb[k] = 0.0f; }
     int64_t i = a;
@@ -376,9 +395,6 @@ static inline void max_range(const float *buf, int64_t a, int64_t b,
 static inline __attribute__((always_inline)) void sum_range(const float *buf, int64_t a, int64_t b,
                              const xform *x, int has_cap, double M,
                              sums8 *acc, double *eo) {
-#ifdef XENT_SIMD
-    if (!has_cap) { sum_range_simd(buf, a, b, x->inv_tau, M, acc, eo); return; }
-#endif
     int64_t i = a;
     for (; i + 8 <= b; i += 8) {
         for (int k = 0; k < 8; k++) {
@@ -412,11 +428,25 @@ static inline __attribute__((always_inline)) void
 sum_row(const void *row, xent_dtype dt, int64_t V, int64_t tl, const xform *x,
         int has_cap, double M, sums8 *acc, double *ebuf /* [V] or NULL */) {
     float buf[BLOCK];
+    size_t esz = xent_dtype_size(dt);
     for (int64_t j0 = 0; j0 < V; j0 += BLOCK) {
         int64_t n = V - j0 < BLOCK ? V - j0 : BLOCK;
-        load_block(row, dt, j0, n, buf);
         int64_t t = tl - j0;
         double *eo = ebuf ? ebuf + j0 : NULL;
+#ifdef XENT_SIMD
+        if (!has_cap) { /* straight from the row, same lanes as below */
+            const void *src = (const char *)row + (size_t)j0 * esz;
+            if (t >= 0 && t < n) {
+                sum_range_simd(src, dt, 0, t, x->inv_tau, M, acc, eo);
+                sum_range_simd(src, dt, t + 1, n, x->inv_tau, M, acc, eo);
+            } else {
+                sum_range_simd(src, dt, 0, n, x->inv_tau, M, acc, eo);
+            }
+            continue;
+        }
+#endif
+        (void)esz;
+        load_block(row, dt, j0, n, buf);
         if (t >= 0 && t < n) {
             sum_range(buf, 0, t, x, has_cap, M, acc, eo);
             sum_range(buf, t + 1, n, x, has_cap, M, acc, eo);
@@ -439,6 +469,20 @@ static void row_max(const void *row, xent_dtype dt, int64_t V, int64_t tl,
     float buf[BLOCK];
     float m = -INFINITY, bad = 0.0f;
     double target = 0;
+#ifdef XENT_SIMD
+    (void)buf;
+    if (tl >= 0) {
+        float v = xent__load(row, dt, tl);
+        target = v;
+        bad += v - v;
+    }
+    if (tl < 0) {
+        max_range_simd(row, dt, 0, V, &m, &bad);
+    } else {
+        max_range_simd(row, dt, 0, tl, &m, &bad);
+        max_range_simd(row, dt, tl + 1, V, &m, &bad);
+    }
+#else
     for (int64_t j0 = 0; j0 < V; j0 += BLOCK) {
         int64_t n = V - j0 < BLOCK ? V - j0 : BLOCK;
         load_block(row, dt, j0, n, buf);
@@ -452,6 +496,7 @@ static void row_max(const void *row, xent_dtype dt, int64_t V, int64_t tl,
             max_range(buf, 0, n, &m, &bad);
         }
     }
+#endif
     *m_out = m;
     *bad_out = bad;
     *target_out = target;
@@ -610,10 +655,16 @@ grad_row_impl(const void *row, xent_dtype dt, int64_t V, int64_t tl,
         /* e_j = exp(z'_j - M): from pass 2's buffer, or computed the same
          * way (backward from saved statistics); p_j = e_j s. */
         const double *e = ebuf ? ebuf + j0 : eblk;
-        if (!ebuf || has_cap || (t >= 0 && t < n)) load_block(row, dt, j0, n, buf);
+#ifdef XENT_SIMD
+        int simd = !has_cap;
+#else
+        int simd = 0;
+#endif
+        if (has_cap || (!ebuf && !simd) || (t >= 0 && t < n)) load_block(row, dt, j0, n, buf);
         if (!ebuf) {
 #ifdef XENT_SIMD
-            if (!has_cap) exp_block_simd(buf, n, x->inv_tau, gp->M, eblk);
+            if (simd) exp_block_simd((const char *)row + (size_t)j0 * xent_dtype_size(dt), dt, n,
+                                     x->inv_tau, gp->M, eblk);
             else
 #endif
             for (int64_t i = 0; i < n; i++)
