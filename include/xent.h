@@ -171,7 +171,9 @@ typedef struct xent_ce_output {
                               outputs (and gradient row) are NaN             */
 } xent_ce_output;
 
-/* Forward, and the gradient when out->grad is set, in one call.
+/* Forward, and the gradient when out->grad is set, in one call, over whole
+ * rows (opts->vocab_start must be 0 and vocab_total 0 or V; shards go
+ * through xent_ce_shard_stats / xent_ce_combine / xent_ce_backward).
  * Every output row depends only on that row (bitwise, whatever T, the row's
  * position and the number of threads). */
 xent_status xent_ce(const xent_ce_input *in, const xent_ce_opts *opts,

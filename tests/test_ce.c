@@ -782,6 +782,9 @@ TEST(ce_bad_arguments) {
     o.vocab_start = 2;
     o.vocab_total = 5;
     CHECK(xent_ce(&in, &o, &out) == XENT_ERR_SHAPE && strstr(xent_last_error(), "vocab_total"), "shard range: %s", xent_last_error());
+    o.vocab_start = 1;
+    o.vocab_total = 8;
+    CHECK(xent_ce(&in, &o, &out) == XENT_ERR_VALUE && strstr(xent_last_error(), "xent_ce_shard_stats"), "shard in xent_ce: %s", xent_last_error());
     xent_ce_opts_init(&o);
     uint16_t zh[4] = {0};
     in.logits = zh;

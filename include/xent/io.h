@@ -24,15 +24,20 @@ typedef struct xent_tensor {
     size_t nbytes;
 } xent_tensor;
 
+/* Product of the shape (1 for ndim 0); -1 if it overflows or a dim is < 0. */
 int64_t xent_tensor_numel(const xent_tensor *t);
 void xent_tensor_free(xent_tensor *t); /* frees data, zeroes *t; NULL ok     */
 
-/* Loads one tensor. `spec` is "FILE" or "FILE:NAME". A .npy file holds one
- * array (NAME must be absent or match nothing else); a .safetensors file
- * needs NAME unless it holds exactly one tensor. The file type is taken from
- * the extension, else from the magic bytes. Supported dtypes: F32, BF16, F16,
- * F64, I32, I64, U8 (safetensors); <f4 <f2 <f8 <i4 <i8 |u1 (npy, C order,
- * little-endian; 'V2'/'<u2' is not read as bf16). */
+/* Loads one tensor. `spec` is "FILE" or "FILE:NAME" (a spec that names an
+ * existing file is always FILE; otherwise the first ':' whose prefix is a
+ * file splits it). A .npy file holds one unnamed array: "X.npy:NAME" loads
+ * X.NAME.npy, the file xent_tensors_save writes for tensor NAME. A
+ * .safetensors file needs NAME unless it holds exactly one tensor. The file
+ * type is taken from the extension, else from the magic bytes. Supported
+ * dtypes: F32, BF16, F16, F64, I32, I64, U8 (safetensors; other known dtypes
+ * give XENT_ERR_DTYPE naming the tensor); <f4 <f2 <f8 <i4 <i8 |u1 (npy
+ * versions 1.0-3.0, C order, little-endian; 'V2'/'<u2' is not read as bf16).
+ * On failure *out is untouched. */
 xent_status xent_tensor_load(const char *spec, xent_tensor *out);
 
 /* Writes n tensors. PATH ending in .safetensors: one file with all of them.

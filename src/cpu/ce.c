@@ -1021,6 +1021,11 @@ xent_status xent_ce(const xent_ce_input *in, const xent_ce_opts *opts,
     if (!out) return xent__fail(XENT_ERR_NULL, "output is NULL");
     xent_status s = check_input(in, opts);
     if (s) return s;
+    if (opts->vocab_start != 0 || (opts->vocab_total != 0 && opts->vocab_total != in->V))
+        return xent__fail(XENT_ERR_VALUE,
+                          "xent_ce needs whole rows (opts.vocab_start = %lld, opts.vocab_total = %lld, V = %lld); "
+                          "for a vocabulary shard use xent_ce_shard_stats, xent_ce_combine and xent_ce_backward",
+                          (long long)opts->vocab_start, (long long)opts->vocab_total, (long long)in->V);
     s = check_grad(in, out->grad, out->grad_dtype, out->ld_grad);
     if (s) return s;
     job jb;

@@ -1,0 +1,17 @@
+#!/bin/sh
+# bench/run_cpu.sh: the CPU benchmark behind `make bench`.
+# Times xent_ce forward+backward and the forward-only logprobs for
+# T = 2048, V = 128256, bf16 logits and gradient, reduction mean, 5% ignored
+# labels, with 1 and 2 threads, next to the memory floor measured in the same
+# run (see `xent bench --help`). Extra arguments are passed to `xent bench`.
+# Run it on an otherwise idle machine: the floor and the kernel share the
+# memory system and the cores with anything else that runs.
+set -eu
+BUILD=${BUILD:-build}
+XENT="$BUILD/xent"
+if [ ! -x "$XENT" ]; then
+    echo "bench/run_cpu.sh: $XENT not found: run 'make' first" >&2
+    exit 1
+fi
+echo "== $(uname -m), $(getconf _NPROCESSORS_ONLN) cores, load: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || echo '?')"
+exec "$XENT" bench --T 2048 --V 128256 --threads 1,2 --reps 5 "$@"

@@ -1,0 +1,102 @@
+#!/bin/sh
+# tests/stages/cli_ce.sh: `xent ce` on files written by numpy (.npy versions
+# 1.0, 2.0 and 3.0; f4/f2 logits; i8/i4 labels; [T, V] and [B, S, V]), with
+# the outputs read back by numpy and checked against a float64 reference:
+#   nll      |err| <= 16 ulp(nll)  (the NLL contract, include/xent.h / issue 2)
+#   lse      |err| <= 4 ulp(max(|lse|, max_j |z_j|))
+#   logprob  == -nll exactly; loss (reduction none) == nll exactly
+#   grad f32 |err| <= 1 ulp(ref) + 1e-12 |ref|: the kernel rounds once from a
+#            double value (faithful rounding), the float64 reference carries a
+#            relative error below 1e-13 for these |z| <= 40 rows.
+# Prints "N passed, N failed[, N skipped]" last. Needs numpy (else skipped).
+BUILD=${BUILD:-build}
+XENT="$BUILD/xent"
+if [ ! -x "$XENT" ]; then echo "$XENT not built"; echo "0 passed, 0 failed, 1 skipped"; exit 0; fi
+if ! python3 -c "import numpy" 2>/dev/null; then
+    echo "numpy not installed: skipped"; echo "0 passed, 0 failed, 1 skipped"; exit 0
+fi
+exec python3 - "$XENT" <<'EOF'
+import os, subprocess, sys, tempfile
+import numpy as np
+from numpy.lib import format as npf
+
+xent = sys.argv[1]
+passed = failed = 0
+
+def check(ok, what):
+    global passed, failed
+    if ok:
+        passed += 1
+        print("ok  ", what)
+    else:
+        failed += 1
+        print("FAIL", what)
+
+def ulp32(x):
+    return np.spacing(np.abs(x).astype(np.float32)).astype(np.float64)
+
+def reference(z, t):
+    """float64 nll (as softplus of the non-target logsumexp minus z_t), lse, grad."""
+    T, V = z.shape
+    nll = np.zeros(T); lse = np.zeros(T); grad = np.zeros((T, V))
+    for i in range(T):
+        m = z[i].max()
+        lse[i] = m + np.log(np.exp(z[i] - m).sum())
+        if t[i] == -100:
+            continue
+        others = np.delete(z[i], t[i])
+        if others.size:  # V = 1: p_t = 1, nll = 0
+            mo = others.max()
+            d = mo + np.log(np.exp(others - mo).sum()) - z[i, t[i]]
+            nll[i] = np.logaddexp(0.0, d)
+        grad[i] = np.exp(z[i] - lse[i])
+        grad[i, t[i]] = np.expm1(-nll[i])
+    return nll, lse, grad
+
+def save(path, arr, version):
+    with open(path, "wb") as f:
+        npf.write_array(f, arr, version=version)
+
+seed = int(os.environ.get("XENT_TEST_SEED") or np.random.SeedSequence().entropy % 2**32)
+print(f"cli_ce: seed {seed} (re-run with XENT_TEST_SEED={seed})")
+rng = np.random.default_rng(seed)
+cases = [("<f4", "<i8", (1, 0), (7, 50)), ("<f2", "<i4", (2, 0), (2, 3, 33)),
+         ("<f4", "<i4", (3, 0), (2, 4, 129)), ("<f2", "<i8", (1, 0), (5, 1))]
+with tempfile.TemporaryDirectory() as d:
+    for k, (ld, bd, ver, shape) in enumerate(cases):
+        name = f"case{k} logits {ld} labels {bd} npy {ver[0]}.0 shape {shape}"
+        z = (rng.standard_normal(shape) * 8).clip(-40, 40).astype(ld)
+        t = rng.integers(0, shape[-1], size=shape[:-1]).astype(bd)
+        t.reshape(-1)[::4] = -100
+        lp, bp, out = f"{d}/z{k}.npy", f"{d}/t{k}.npy", f"{d}/o{k}.npy"
+        save(lp, z, ver); save(bp, t, ver)
+        r = subprocess.run([xent, "ce", "--logits", lp, "--labels", bp, "--out", out, "--grad",
+                            "--grad-dtype", "f32", "--entropy", "--reduction", "none"],
+                           capture_output=True, text=True)
+        check(r.returncode == 0, f"{name}: exit {r.returncode} {r.stderr.strip()}")
+        if r.returncode:
+            continue
+        stem = out[:-4]
+        o = {n: np.load(f"{stem}.{n}.npy") for n in ("loss", "nll", "logprob", "lse", "entropy", "grad")}
+        z2 = z.reshape(-1, shape[-1]).astype(np.float64)
+        t2 = t.reshape(-1).astype(np.int64)
+        nll, lse, grad = reference(z2, t2)
+        check(o["nll"].shape == shape[:-1] and o["grad"].shape == shape, f"{name}: shapes")
+        got = o["nll"].reshape(-1).astype(np.float64)
+        check(np.all(np.abs(got - nll) <= 16 * ulp32(nll)), f"{name}: nll within 16 ulp")
+        scale = np.maximum(np.abs(lse), np.abs(z2).max(axis=1))
+        check(np.all(np.abs(o["lse"].reshape(-1) - lse) <= 4 * ulp32(scale)), f"{name}: lse within 4 ulp")
+        check(np.array_equal(o["logprob"], -o["nll"]) and np.array_equal(o["loss"], o["nll"]),
+              f"{name}: logprob == -nll, loss == nll")
+        g = o["grad"].reshape(z2.shape).astype(np.float64)
+        check(np.all(np.abs(g - grad) <= ulp32(grad) + 1e-12 * np.abs(grad)), f"{name}: grad faithful")
+        check(np.all(np.isfinite(o["entropy"])), f"{name}: entropy finite")
+    # numpy has no bfloat16: a 'V2' (ml_dtypes) array is refused with a message
+    p = f"{d}/v2.npy"
+    np.save(p, np.zeros((2, 3), dtype="V2"))
+    r = subprocess.run([xent, "ce", "--logits", p, "--labels", f"{d}/t0.npy", "--out", f"{d}/x.npy"],
+                       capture_output=True, text=True)
+    check(r.returncode == 1 and "V2" in r.stderr, f"'V2' logits refused: {r.stderr.strip()}")
+print(f"{passed} passed, {failed} failed")
+sys.exit(1 if failed else 0)
+EOF

@@ -1,0 +1,238 @@
+/* tools/cmd_rl.c: `xent rl`: checks and diagnostics of RL log-prob dumps.
+ * Reads the new (trainer) log-probs and optionally the old and sampler
+ * log-probs, a mask and sequence offsets from .npy/.safetensors, checks each
+ * array (NaN, > 0, -inf, zero-filled runs) and prints the ratio and
+ * importance-weight diagnostics of xent_rl_diagnostics. */
+#include "cli.h"
+#include "xent.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct rl_args {
+    const char *path[5]; /* new, old, sampler, mask, offsets */
+    xent_rl_loss_opts o;
+} rl_args;
+
+enum { A_NEW = 0, A_OLD, A_SMP, A_MASK, A_OFF };
+static const char *const g_flags[5] = {"--new", "--old", "--sampler", "--mask", "--offsets"};
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: xent rl --new FILE[:NAME] [options]\n\n"
+            "Checks RL per-token log-prob arrays and prints the trainer/sampler\n"
+            "diagnostics. Log-probs: F32 (F64/BF16/F16 are converted) of shape [T] or\n"
+            "[B, S] (each row one sequence unless --offsets is given).\n\n"
+            "  --new FILE[:NAME]      current policy log-probs (required)\n"
+            "  --old FILE[:NAME]      old policy log-probs: ratio statistics (default: none)\n"
+            "  --sampler FILE[:NAME]  sampler log-probs: ESS, chi2, mismatch KL (default: none)\n"
+            "  --mask FILE[:NAME]     U8 0/1 (or I32/I64 0/1) [T] tokens to count (default: all)\n"
+            "  --offsets FILE[:NAME]  I64/I32 [nseq + 1] sequence offsets (default: rows of [B, S],\n"
+            "                         or one sequence for [T])\n"
+            "  --eps-low X            lower clip 1 - X for the clip fraction (default: 0.2)\n"
+            "  --eps-high X           upper clip 1 + X for the clip fraction (default: 0.2)\n"
+            "  --clamp X              log-ratio clamp before exp, in (0, 80] (default: 20)\n"
+            "  --zero-run N           a run of N exact-zero log-probs is an error; 0 = off (default: 32)\n"
+            "  -h, --help             this text\n\n"
+            "Exit status: 0 ok, 1 a check failed or a file is bad, 2 usage error.\n");
+}
+
+static int parse_num(int argc, char **argv, int *i, rl_args *a) {
+    static const char *names[3] = {"--eps-low", "--eps-high", "--clamp"};
+    double *dst[3] = {&a->o.eps_low, &a->o.eps_high, &a->o.log_ratio_clamp};
+    for (int k = 0; k < 3; k++) {
+        if (strcmp(argv[*i], names[k])) continue;
+        const char *v = xent_cli_value(argc, argv, i);
+        return !v || xent_cli_parse_f64(names[k], v, dst[k]);
+    }
+    if (strcmp(argv[*i], "--zero-run")) return -1;
+    const char *v = xent_cli_value(argc, argv, i);
+    return !v || xent_cli_parse_i64("--zero-run", v, &a->o.zero_run_limit);
+}
+
+/* Returns 0 to run, 2 on a usage error, -1 after --help. */
+static int parse_args(int argc, char **argv, rl_args *a) {
+    memset(a, 0, sizeof *a);
+    xent_rl_loss_opts_init(&a->o);
+    for (int i = 1; i < argc; i++) {
+        int r, k;
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { usage(stdout); return -1; }
+        if ((r = parse_num(argc, argv, &i, a)) >= 0) { if (r) return 2; continue; }
+        for (k = 0; k < 5 && strcmp(argv[i], g_flags[k]); k++) {}
+        if (k == 5) {
+            fprintf(stderr, "xent rl: unknown option '%s' (see xent rl --help)\n", argv[i]);
+            return 2;
+        }
+        if (!(a->path[k] = xent_cli_value(argc, argv, &i))) return 2;
+    }
+    if (!a->path[A_NEW]) {
+        fprintf(stderr, "xent rl: --new is required (see xent rl --help)\n");
+        return 2;
+    }
+    return 0;
+}
+
+/* Loads a log-prob tensor as float [T]; *rows / *cols give its 2-D shape. */
+static float *load_lp(const char *spec, int64_t *T, int64_t *rows, int64_t *cols) {
+    xent_tensor t;
+    if (xent_tensor_load(spec, &t) != XENT_OK) {
+        fprintf(stderr, "xent rl: %s: %s\n", spec, xent_last_error());
+        return NULL;
+    }
+    float *out = NULL;
+    int ok_dt = t.dtype == XENT_F32 || t.dtype == XENT_F64 || t.dtype == XENT_BF16 ||
+                t.dtype == XENT_F16;
+    if (!ok_dt || t.ndim < 1 || t.ndim > 2) {
+        fprintf(stderr, "xent rl: %s: need f32/f64/bf16/f16 of shape [T] or [B, S], got %s "
+                "with %d dimensions\n", spec, xent_dtype_name(t.dtype), t.ndim);
+        xent_tensor_free(&t);
+        return NULL;
+    }
+    *T = xent_tensor_numel(&t);
+    *rows = t.ndim == 2 ? t.shape[0] : 1;
+    *cols = t.ndim == 2 ? t.shape[1] : *T;
+    out = malloc((size_t)(*T ? *T : 1) * sizeof(float));
+    for (int64_t i = 0; out && i < *T; i++) {
+        if (t.dtype == XENT_F32) out[i] = ((const float *)t.data)[i];
+        else if (t.dtype == XENT_F64) out[i] = (float)((const double *)t.data)[i];
+        else if (t.dtype == XENT_BF16) out[i] = xent_bf16_to_f32(((const uint16_t *)t.data)[i]);
+        else out[i] = xent_f16_to_f32(((const uint16_t *)t.data)[i]);
+    }
+    if (!out) fprintf(stderr, "xent rl: out of memory\n");
+    xent_tensor_free(&t);
+    return out;
+}
+
+/* Loads an integer tensor of exactly n elements as int64 (n < 0: any). */
+static int64_t *load_int(const char *spec, int64_t n, int64_t *got) {
+    xent_tensor t;
+    if (xent_tensor_load(spec, &t) != XENT_OK) {
+        fprintf(stderr, "xent rl: %s: %s\n", spec, xent_last_error());
+        return NULL;
+    }
+    *got = xent_tensor_numel(&t);
+    int ok = t.dtype == XENT_U8 || t.dtype == XENT_I32 || t.dtype == XENT_I64;
+    if (!ok || (n >= 0 && *got != n)) {
+        fprintf(stderr, "xent rl: %s: need u8/i32/i64 with %lld elements, got %s with %lld\n",
+                spec, (long long)n, xent_dtype_name(t.dtype), (long long)*got);
+        xent_tensor_free(&t);
+        return NULL;
+    }
+    int64_t *out = malloc((size_t)(*got ? *got : 1) * sizeof(int64_t));
+    for (int64_t i = 0; out && i < *got; i++)
+        out[i] = t.dtype == XENT_U8 ? ((const uint8_t *)t.data)[i]
+                 : t.dtype == XENT_I32 ? ((const int32_t *)t.data)[i]
+                                       : ((const int64_t *)t.data)[i];
+    xent_tensor_free(&t);
+    return out;
+}
+
+typedef struct rl_data {
+    float *lp[3];      /* new, old, sampler: [T] each                        */
+    uint8_t *mask;     /* [T] or NULL                                        */
+    int64_t *off;      /* [nseq + 1]                                         */
+    int64_t T, nseq;
+} rl_data;
+
+static void data_free(rl_data *d) {
+    for (int k = 0; k < 3; k++) free(d->lp[k]);
+    free(d->mask);
+    free(d->off);
+}
+
+/* Mask [T] as 0/1 bytes; another value is reported by the library check. */
+static int load_mask(const char *spec, rl_data *d) {
+    int64_t got;
+    int64_t *m = load_int(spec, d->T, &got);
+    if (!m) return 1;
+    d->mask = malloc((size_t)(d->T ? d->T : 1));
+    for (int64_t i = 0; d->mask && i < d->T; i++)
+        d->mask[i] = m[i] == 0 ? 0 : (m[i] == 1 ? 1 : 2);
+    free(m);
+    return d->mask == NULL;
+}
+
+static int load_offsets(const char *spec, int64_t rows, int64_t cols, rl_data *d) {
+    int64_t got;
+    if (spec) {
+        if (!(d->off = load_int(spec, -1, &got))) return 1;
+        if (got < 1) {
+            fprintf(stderr, "xent rl: %s: offsets need at least one element\n", spec);
+            return 1;
+        }
+        d->nseq = got - 1;
+        return 0;
+    }
+    d->nseq = rows;
+    d->off = malloc((size_t)(rows + 1) * sizeof(int64_t));
+    for (int64_t i = 0; d->off && i <= rows; i++) d->off[i] = i * cols;
+    return d->off == NULL;
+}
+
+static int load_all(const rl_args *a, rl_data *d) {
+    int64_t rows, cols, T2, r2, c2;
+    memset(d, 0, sizeof *d);
+    if (!(d->lp[0] = load_lp(a->path[A_NEW], &d->T, &rows, &cols))) return 1;
+    for (int k = 1; k < 3; k++) {
+        if (!a->path[k]) continue;
+        if (!(d->lp[k] = load_lp(a->path[k], &T2, &r2, &c2))) return 1;
+        if (T2 != d->T) {
+            fprintf(stderr, "xent rl: %s has %lld values, --new has %lld\n", a->path[k],
+                    (long long)T2, (long long)d->T);
+            return 1;
+        }
+    }
+    if (a->path[A_MASK] && load_mask(a->path[A_MASK], d)) return 1;
+    return load_offsets(a->path[A_OFF], rows, cols, d);
+}
+
+static int check_one(const char *name, const float *lp, const rl_data *d, int allow_inf,
+                     int64_t zr) {
+    xent_rl_lp_report r;
+    xent_status s = xent_rl_check_logprobs(name, lp, d->T, d->off, d->nseq, d->mask, allow_inf,
+                                           zr, &r);
+    if (s == XENT_ERR_VALUE || s == XENT_OK)
+        printf("%-8s checked %lld: NaN %lld, > 0 %lld, -inf %lld, zero runs %lld (longest %lld)\n",
+               name, (long long)r.n_checked, (long long)r.n_nan, (long long)r.n_positive,
+               (long long)r.n_neg_inf, (long long)r.n_zero_runs, (long long)r.longest_zero_run);
+    if (s) fprintf(stderr, "xent rl: %s\n", xent_last_error());
+    return s != XENT_OK;
+}
+
+static void print_diag(const xent_rl_diag *g, int has_old) {
+    printf("tokens   %lld\n", (long long)g->n_tokens);
+    if (has_old)
+        printf("ratio    min %.6g mean %.6g max %.6g; outside [1/8, 8] %.6g; clip low %.6g "
+               "high %.6g; clamped %lld\n", g->ratio_min, g->ratio_mean, g->ratio_max,
+               g->ratio_frac_out, g->clip_frac_low, g->clip_frac_high,
+               (long long)g->n_ratio_clamped);
+    if (g->has_weights)
+        printf("weights  ESS %.6g chi2 %.6g KL(sampler||trainer) k1 %.6g k3 %.6g; max %.6g; "
+               "clamped %lld\n", g->ess_frac, g->chi2, g->mismatch_kl_k1, g->mismatch_kl_k3,
+               g->weight_max, (long long)g->n_weight_clamped);
+}
+
+static int cmd_rl(int argc, char **argv) {
+    rl_args a;
+    int r = parse_args(argc, argv, &a);
+    if (r) return r < 0 ? 0 : r;
+    rl_data d;
+    if (load_all(&a, &d)) { data_free(&d); return 1; }
+    static const char *names[3] = {"new", "old", "sampler"};
+    int bad = 0;
+    for (int k = 0; k < 3; k++)
+        if (d.lp[k]) bad |= check_one(names[k], d.lp[k], &d, k > 0, a.o.zero_run_limit);
+    xent_rl_input in = {d.T, d.nseq, d.off, d.lp[0], d.lp[1], d.lp[2], NULL, NULL,
+                        XENT_RL_ADV_PER_TOKEN, d.mask};
+    xent_rl_diag g;
+    if (!bad) {
+        xent_status s = xent_rl_diagnostics(&in, &a.o, &g);
+        if (s) { fprintf(stderr, "xent rl: %s\n", xent_last_error()); bad = 1; }
+        else print_diag(&g, d.lp[1] != NULL);
+    }
+    data_free(&d);
+    return bad;
+}
+
+XENT_COMMAND(rl, "checks and trainer/sampler diagnostics of RL log-prob files", cmd_rl)
