@@ -1,0 +1,239 @@
+/* src/compare/run.c: `xent compare` end to end: load the sources, merge the
+ * side data (token ids, boundaries, masks) with consistency checks, compute
+ * and write the outputs. */
+#include "compare/compare.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { SA, SB, SR, STA, STB, NSRC };
+
+typedef struct {
+    xent__cmp_series s[NSRC];  /* A, B, ref, tokens-a, tokens-b           */
+    const char *name[NSRC];
+    int64_t *offsets;          /* from --offsets                          */
+    int64_t noff;
+    int64_t *maskv;            /* from --mask                             */
+    int64_t nmaskv;
+    uint8_t *mask;             /* [n] merged                              */
+} inputs;
+
+static void inputs_free(inputs *in) {
+    for (int k = 0; k < NSRC; k++) xent__cmp_series_free(&in->s[k]);
+    free(in->offsets);
+    free(in->maskv);
+    free(in->mask);
+}
+
+static int fail_msg(FILE *err) {
+    fprintf(err, "xent compare: %s\n", xent_last_error());
+    return 1;
+}
+
+static xent_status load_all(const xent__cmp_cfg *cfg, inputs *in) {
+    const char *lp[3] = {cfg->a, cfg->b, cfg->ref};
+    xent_status s;
+    for (int k = 0; k < 3; k++) {
+        in->name[k] = lp[k];
+        if (lp[k] && (s = xent__cmp_load_logprobs(lp[k], &in->s[k]))) return s;
+    }
+    in->name[STA] = cfg->tokens_a;
+    in->name[STB] = cfg->tokens_b;
+    if (cfg->tokens_a && (s = xent__cmp_load_ids(cfg->tokens_a, &in->s[STA]))) return s;
+    if (cfg->tokens_b && (s = xent__cmp_load_ids(cfg->tokens_b, &in->s[STB]))) return s;
+    if (cfg->offsets && (s = xent__cmp_load_ints(cfg->offsets, &in->offsets, &in->noff))) return s;
+    if (cfg->mask && (s = xent__cmp_load_ints(cfg->mask, &in->maskv, &in->nmaskv))) return s;
+    return XENT_OK;
+}
+
+static xent_status check_lengths(const inputs *in) {
+    int64_t n = in->s[SA].n;
+    for (int k = 1; k < NSRC; k++) {
+        const xent__cmp_series *x = &in->s[k];
+        if (k <= SR && in->name[k] && x->n != n)
+            return xent__fail(XENT_ERR_SHAPE, "lengths differ: A (%s) has %" PRId64
+                              " log-probs, %s (%s) has %" PRId64, in->name[SA], n,
+                              k == SB ? "B" : "ref", in->name[k], x->n);
+    }
+    for (int k = 0; k < NSRC; k++) {
+        const xent__cmp_series *x = &in->s[k];
+        if (x->tokens && x->ntok != n)
+            return xent__fail(XENT_ERR_SHAPE, "%s has %" PRId64 " token ids but the "
+                              "log-probs have %" PRId64, in->name[k], x->ntok, n);
+    }
+    return XENT_OK;
+}
+
+/* "position 17 (sequence 2, index 5)" */
+static void pos_text(char *buf, size_t cap, int64_t i, const int64_t *off, int64_t nseq) {
+    int64_t q = 0;
+    if (off) while (q + 1 < nseq && off[q + 1] <= i) q++;
+    if (off) snprintf(buf, cap, "position %" PRId64 " (sequence %" PRId64 ", index %" PRId64 ")",
+                      i, q, i - off[q]);
+    else snprintf(buf, cap, "position %" PRId64, i);
+}
+
+/* The token ids of A (from --tokens-a, else A's file) and of B. */
+static const int64_t *side_tokens(const inputs *in, int lp, int ids, int *from) {
+    if (in->s[ids].tokens) { *from = ids; return in->s[ids].tokens; }
+    *from = lp;
+    return in->s[lp].tokens;
+}
+
+static xent_status check_tokens(const inputs *in, const int64_t *off, int64_t nseq,
+                                const int64_t **tokens) {
+    int fa, fb;
+    const int64_t *ta = side_tokens(in, SA, STA, &fa), *tb = side_tokens(in, SB, STB, &fb);
+    const int64_t *tr = in->s[SR].tokens;
+    *tokens = ta ? ta : tb;
+    int64_t n = in->s[SA].n;
+    const int64_t *other[2] = {ta && tb ? tb : NULL, *tokens && tr ? tr : NULL};
+    const char *oname[2] = {in->name[fb], in->name[SR]};
+    for (int k = 0; k < 2; k++) {
+        if (!other[k]) continue;
+        for (int64_t i = 0; i < n; i++) {
+            if ((*tokens)[i] == other[k][i]) continue;
+            char where[128];
+            pos_text(where, sizeof where, i, off, nseq);
+            return xent__fail(XENT_ERR_VALUE, "token ids differ at %s: %s has %" PRId64
+                              ", %s has %" PRId64, where, in->name[ta ? fa : fb],
+                              (*tokens)[i], oname[k], other[k][i]);
+        }
+    }
+    return XENT_OK;
+}
+
+/* Boundaries: --offsets, else the first source that has them; every other
+ * source that has them must agree. Id sources count only with several
+ * sequences (a flat array says nothing about boundaries). */
+static xent_status merge_offsets(const inputs *in, const int64_t **off, int64_t *nseq,
+                                 const char **from) {
+    *off = NULL;
+    *nseq = 0;
+    if (in->offsets) {
+        if (in->noff < 2)
+            return xent__fail(XENT_ERR_SHAPE, "%s: offsets need at least 2 entries "
+                              "(0 and the token count)", *from = "--offsets");
+        *off = in->offsets;
+        *nseq = in->noff - 1;
+        *from = "--offsets";
+    }
+    for (int k = 0; k < NSRC; k++) {
+        const xent__cmp_series *x = &in->s[k];
+        if (!x->offsets || (k >= STA && x->nseq < 2)) continue;
+        if (!*off) { *off = x->offsets; *nseq = x->nseq; *from = in->name[k]; continue; }
+        if (x->nseq != *nseq || memcmp(x->offsets, *off, (size_t)(*nseq + 1) * sizeof **off))
+            return xent__fail(XENT_ERR_VALUE, "sequence boundaries differ: %s has %" PRId64
+                              " sequences, %s has %" PRId64 " (or other lengths)",
+                              *from, *nseq, in->name[k], x->nseq);
+    }
+    return XENT_OK;
+}
+
+static xent_status merge_mask(inputs *in, const uint8_t **mask) {
+    int64_t n = in->s[SA].n;
+    const char *from = NULL;
+    *mask = NULL;
+    if (in->maskv) {
+        if (in->nmaskv != n)
+            return xent__fail(XENT_ERR_SHAPE, "--mask has %" PRId64 " entries but the "
+                              "log-probs have %" PRId64, in->nmaskv, n);
+        in->mask = malloc((size_t)n); /* [n] */
+        if (!in->mask) return xent__fail(XENT_ERR_ALLOC, "compare: out of memory");
+        for (int64_t i = 0; i < n; i++) {
+            if (in->maskv[i] != 0 && in->maskv[i] != 1)
+                return xent__fail(XENT_ERR_VALUE, "mask[%" PRId64 "] = %" PRId64
+                                  " is not 0 or 1", i, in->maskv[i]);
+            in->mask[i] = (uint8_t)in->maskv[i];
+        }
+        *mask = in->mask;
+        from = "--mask";
+    }
+    for (int k = 0; k <= SR; k++) {
+        const xent__cmp_series *x = &in->s[k];
+        if (!x->mask) continue;
+        if (!*mask) { *mask = x->mask; from = in->name[k]; continue; }
+        for (int64_t i = 0; i < n; i++)
+            if (x->mask[i] != (*mask)[i])
+                return xent__fail(XENT_ERR_VALUE, "completion masks differ at position %"
+                                  PRId64 ": %s says %s, %s says %s", i, from,
+                                  (*mask)[i] ? "completion" : "prompt", in->name[k],
+                                  x->mask[i] ? "completion" : "prompt");
+    }
+    return XENT_OK;
+}
+
+static int open_out(FILE *err, const char *path, FILE **f) {
+    if (!strcmp(path, "-")) { *f = stdout; return 0; }
+    *f = fopen(path, "w");
+    if (!*f) { fprintf(err, "xent compare: cannot write %s\n", path); return 1; }
+    return 0;
+}
+
+static int close_out(FILE *err, FILE *f, const char *path) {
+    int bad = ferror(f);
+    if (f != stdout) bad |= fclose(f) != 0;
+    else bad |= fflush(f) != 0;
+    if (bad) fprintf(err, "xent compare: error writing %s\n", path);
+    return bad;
+}
+
+static int write_outputs(const xent__cmp_cfg *cfg, const xent__cmp_result *r,
+                         const char *const names[3]) {
+    FILE *f, *err = cfg->err ? cfg->err : stderr;
+    int rc = 0;
+    if (!cfg->quiet) xent__cmp_print_table(stdout, r, &cfg->opts, names);
+    if (cfg->json) {
+        if (open_out(err, cfg->json, &f)) return 1;
+        xent__cmp_write_json(f, r, &cfg->opts);
+        rc |= close_out(err, f, cfg->json);
+    }
+    if (cfg->html) {
+        if (open_out(err, cfg->html, &f)) return 1;
+        xent__cmp_write_html(f, r, &cfg->opts, names);
+        rc |= close_out(err, f, cfg->html);
+    }
+    return rc;
+}
+
+static void refuse_bad(FILE *err, const xent__cmp_result *r, const char *const names[3]) {
+    fprintf(err, "xent compare: %s\n", xent_last_error());
+    xent__cmp_print_bad(err, r, names);
+    fprintf(err, "no statistics computed. Fix the dumps, or rerun with --exclude-bad to "
+            "leave these tokens out of every statistic (a run of exact zeros counts as bad "
+            "from --zero-run tokens on).\n");
+}
+
+int xent__cmp_run(const xent__cmp_cfg *cfg) {
+    inputs in;
+    memset(&in, 0, sizeof in);
+    xent__cmp_result r;
+    memset(&r, 0, sizeof r);
+    const char *names[3] = {cfg->a, cfg->b, cfg->ref ? cfg->ref : "-"};
+    const int64_t *off = NULL, *tokens = NULL;
+    const uint8_t *mask = NULL;
+    int64_t nseq = 0;
+    const char *off_from = NULL;
+    int rc = 1;
+    FILE *err = cfg->err ? cfg->err : stderr;
+    xent_status s = load_all(cfg, &in);
+    if (!s) s = check_lengths(&in);
+    if (!s) s = merge_offsets(&in, &off, &nseq, &off_from);
+    if (!s) s = check_tokens(&in, off, nseq, &tokens);
+    if (!s) s = merge_mask(&in, &mask);
+    if (s) { rc = fail_msg(err); goto done; }
+    xent__cmp_data d = {in.s[SA].lp, in.s[SB].lp, cfg->ref ? in.s[SR].lp : NULL,
+                        in.s[SA].n, tokens, off, nseq, mask};
+    s = xent__cmp_compute(&d, &cfg->opts, &r);
+    if (s) {
+        if (r.n_excluded && !cfg->opts.exclude_bad) refuse_bad(err, &r, names);
+        else fail_msg(err);
+        goto done;
+    }
+    rc = write_outputs(cfg, &r, names);
+done:
+    xent__cmp_result_free(&r);
+    inputs_free(&in);
+    return rc;
+}
