@@ -1,0 +1,107 @@
+"""xent: exact token log-probabilities and cross-entropy losses.
+
+Works on NumPy arrays and on PyTorch tensors (CPU, and CUDA when libxent
+was built with it); see docs/python.md.
+
+    import xent
+    loss = xent.cross_entropy(logits, labels)          # torch: autograd
+    lp = xent.logprobs(logits, labels)                 # forward only
+    loss, grad = xent.cross_entropy_grad(x, y)         # NumPy gradient
+"""
+import sys
+
+from . import _capi
+from ._capi import XentError, XentTypeError, abi_mismatches
+
+__all__ = ["cross_entropy", "cross_entropy_grad", "logprobs",
+           "CrossEntropyLoss", "XentError", "XentTypeError", "version",
+           "library_path", "cuda_available", "abi_mismatches"]
+__version__ = "0.1.0"
+
+
+def _is_torch(x):
+    torch = sys.modules.get("torch")   # a tensor implies torch is imported
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def version():
+    """The C library's version string, e.g. '0.1.0 (cpu)'."""
+    return _capi.version()
+
+
+def library_path():
+    """Path of the loaded libxent.so."""
+    _capi.LIB.dll()
+    return _capi.LIB.path
+
+
+def cuda_available():
+    """True when libxent has CUDA kernels and torch sees a GPU."""
+    if "torch" not in sys.modules:
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            return False
+    from . import _torch
+    return _torch.cuda_available()
+
+
+def cross_entropy(logits, labels, *, ignore_index=-100, reduction="mean",
+                  normalizer=None, temperature=1.0, softcap=None, z_loss=0.0,
+                  label_smoothing=0.0, inplace_backward=False,
+                  process_group=None, vocab_start=0, vocab_total=None,
+                  **kw):
+    """Cross-entropy of logits [..., V] against labels [...].
+
+    torch tensors: differentiable (torch.autograd.Function); with
+    process_group, each rank holds the columns [vocab_start, vocab_start+V)
+    and the result equals the unsharded loss. NumPy arrays: forward only
+    (see cross_entropy_grad); extra keyword dtype='bf16'/'f16' for uint16
+    bit patterns. reduction: 'mean' (over counted rows, or / normalizer),
+    'sum' or 'none'."""
+    common = dict(ignore_index=ignore_index, reduction=reduction,
+                  normalizer=normalizer, temperature=temperature,
+                  softcap=softcap, z_loss=z_loss,
+                  label_smoothing=label_smoothing, vocab_start=vocab_start)
+    if _is_torch(logits):
+        from . import _torch
+        return _torch.cross_entropy(logits, labels,
+                                    inplace_backward=inplace_backward,
+                                    process_group=process_group,
+                                    vocab_total=vocab_total, **common, **kw)
+    if process_group is not None or inplace_backward:
+        raise XentError("process_group and inplace_backward apply to torch "
+                        "tensors; for NumPy use cross_entropy_grad(..., "
+                        "inplace=True)")
+    from . import _np
+    return _np.cross_entropy(logits, labels, vocab_total=vocab_total or 0,
+                             **common, **kw)
+
+
+def cross_entropy_grad(logits, labels, **kw):
+    """NumPy: (loss, dloss/dlogits) in one pass; see _np.cross_entropy_grad
+    for the keywords (grad_output, inplace, grad_dtype, dtype, ...)."""
+    if _is_torch(logits):
+        raise XentError("cross_entropy_grad takes NumPy arrays; for torch "
+                        "use cross_entropy(...).backward()")
+    from . import _np
+    return _np.cross_entropy_grad(logits, labels, **kw)
+
+
+def logprobs(logits, labels, *, temperature=1.0, entropy=False, **kw):
+    """Per-token log p(label) (float32, labels' shape); entropy=True returns
+    (logprob, entropy). Forward only, no [T, V] temporaries."""
+    if _is_torch(logits):
+        from . import _torch
+        return _torch.logprobs(logits, labels, temperature=temperature,
+                               entropy=entropy, **kw)
+    from . import _np
+    return _np.logprobs(logits, labels, temperature=temperature,
+                        entropy=entropy, **kw)
+
+
+def __getattr__(name):
+    if name == "CrossEntropyLoss":
+        from ._torch import CrossEntropyLoss
+        return CrossEntropyLoss
+    raise AttributeError("module 'xent' has no attribute %r" % name)

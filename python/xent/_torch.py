@@ -1,0 +1,341 @@
+"""PyTorch front end: an autograd Function over the C kernels (CPU, and
+CUDA when the library was built with it), the nn.Module, log-probs, and the
+vocabulary-parallel path over torch.distributed."""
+import ctypes
+
+import torch
+
+from . import _capi as C
+from ._capi import XentError, XentTypeError
+from ._np import row_layout
+
+_DTYPES = {torch.float32: C.F32, torch.bfloat16: C.BF16,
+           torch.float16: C.F16}
+
+
+class Backend:
+    """CPU calls; the CUDA subclass adds the stream argument."""
+    prefix = "xent_"
+
+    def __init__(self, device):
+        self.device = device
+
+    def args(self):
+        return ()
+
+    def call(self, name, *args):
+        C.LIB.call(self.prefix + name, *(args + self.args()))
+
+
+class CudaBackend(Backend):
+    """Calls on the tensor's device and torch's current stream. Under CUDA
+    graph capture the label check (which synchronizes) is turned off for
+    the call: a bad label then gives a NaN row instead of an exception."""
+    prefix = "xent_cuda_"
+
+    def args(self):
+        return (ctypes.c_void_p(torch.cuda.current_stream(
+            self.device).cuda_stream),)
+
+    def call(self, name, *args):
+        capturing = torch.cuda.is_current_stream_capturing()
+        check = C.LIB.fn("xent_cuda_set_label_check")
+        with torch.cuda.device(self.device):
+            prev = check(0) if capturing else None
+            try:
+                super().call(name, *args)
+            finally:
+                if prev is not None:
+                    check(prev)
+
+
+def cuda_available():
+    """True when libxent was built with CUDA and torch sees a GPU."""
+    if not torch.cuda.is_available():
+        return False
+    try:
+        return C.LIB.has("xent_cuda_ce") and "cuda" in C.version()
+    except XentError:
+        return False
+
+
+def _backend(t):
+    if t.device.type == "cpu":
+        return Backend(t.device)
+    if t.device.type == "cuda":
+        if not cuda_available():
+            raise XentTypeError("logits are on %s but this build of libxent "
+                                "(%s) has no CUDA support; rebuild it with "
+                                "nvcc on PATH, or move the logits to the CPU"
+                                % (t.device, C.version()))
+        return CudaBackend(t.device)
+    raise XentTypeError("logits on device %s are not supported (cpu, cuda)"
+                        % t.device)
+
+
+class Prepared:
+    """An xent_ce_input over torch tensors (kept alive here)."""
+
+    def __init__(self, logits, labels, need_labels=True):
+        if not isinstance(logits, torch.Tensor):
+            raise XentTypeError("logits must be a torch.Tensor, got %s"
+                                % type(logits).__name__)
+        dt = _DTYPES.get(logits.dtype)
+        if dt is None:
+            raise XentTypeError(
+                "logits dtype %s is not supported (float32, bfloat16, "
+                "float16)%s" % (logits.dtype, "; call .float() first"
+                                if logits.dtype == torch.float64 else ""))
+        self.backend = _backend(logits)
+        es = logits.element_size()
+        self.T, self.V, self.ld = row_layout(
+            tuple(logits.shape), tuple(s * es for s in logits.stride()), es)
+        self.logits, self.dtype = logits, dt
+        self.batch_shape = tuple(logits.shape[:-1])
+        self.inp = C.CeInput()
+        self.inp.logits = logits.data_ptr()
+        self.inp.dtype = dt
+        self.inp.T, self.inp.V, self.inp.ld = self.T, self.V, self.ld
+        self.labels = None
+        if labels is not None or need_labels:
+            self._set_labels(labels)
+
+    def _set_labels(self, labels):
+        if not isinstance(labels, torch.Tensor):
+            raise XentTypeError("labels must be a torch.Tensor, got %s"
+                                % type(labels).__name__)
+        if labels.dtype not in (torch.int64, torch.int32):
+            raise XentTypeError("labels dtype %s is not supported: use "
+                                "torch.long (or torch.int32)" % labels.dtype)
+        if labels.device != self.logits.device:
+            raise XentTypeError("labels are on %s but logits on %s"
+                                % (labels.device, self.logits.device))
+        if tuple(labels.shape) != self.batch_shape:
+            raise XentError(
+                "labels shape %s does not match the logits' leading shape %s "
+                "(xent takes the class dimension last: logits [..., V], "
+                "labels [...]; for torch's [N, C, d...] layout pass "
+                "logits.movedim(1, -1))" % (tuple(labels.shape),
+                                            self.batch_shape), C.ERR_SHAPE)
+        self.labels = labels.contiguous()   # [T]: a small copy if strided
+        self.inp.labels = self.labels.data_ptr()
+        self.inp.label_dtype = C.I32 if labels.dtype == torch.int32 else C.I64
+
+    def empty(self, *shape, dtype=torch.float32):
+        return torch.empty(shape, dtype=dtype, device=self.logits.device)
+
+
+def _p(t):
+    return None if t is None else t.data_ptr()
+
+
+def _out(loss=None, stats=None, lp=None, ent=None):
+    o = C.CeOutput()
+    o.loss, o.stats = _p(loss), _p(stats)
+    o.logprob, o.entropy = _p(lp), _p(ent)
+    return o
+
+
+def _all_gather_partials(part, group):
+    """[T, 6] words per rank -> [S, T, 6], shard-major (rank order)."""
+    import torch.distributed as dist
+    S = dist.get_world_size(group)
+    bufs = [torch.empty_like(part) for _ in range(S)]
+    dist.all_gather(bufs, part, group=group)
+    return torch.stack(bufs)
+
+
+def _vocab_total(V, device, group):
+    import torch.distributed as dist
+    t = torch.tensor([V], dtype=torch.int64, device=device)
+    dist.all_reduce(t, group=group)
+    return int(t.item())
+
+
+def forward_stats(prep, opts, reduction, group=None):
+    """Loss ([T] or [1] float32), per-row stats ([T, 2] float64) and the
+    number of counted rows ([1] int64), all on the logits' device."""
+    loss = prep.empty(prep.T if reduction == "none" else 1)
+    stats = prep.empty(prep.T, C.STATS_DOUBLES, dtype=torch.float64)
+    count = prep.empty(1, dtype=torch.int64)
+    out = _out(loss, stats)
+    out.n_counted = count.data_ptr()
+    be = prep.backend
+    if group is None:
+        be.call("ce", ctypes.byref(prep.inp), ctypes.byref(opts),
+                ctypes.byref(out))
+        return loss, stats, count
+    part = prep.empty(prep.T, C.PARTIAL_WORDS, dtype=torch.int64)
+    be.call("ce_shard_stats", ctypes.byref(prep.inp), ctypes.byref(opts),
+            ctypes.c_void_p(part.data_ptr()))
+    parts = _all_gather_partials(part, group).contiguous()  # [S, T, 6]
+    be.call("ce_combine", ctypes.c_void_p(parts.data_ptr()),
+            ctypes.c_int(parts.shape[0]), ctypes.byref(prep.inp),
+            ctypes.byref(opts), ctypes.byref(out))
+    return loss, stats, count
+
+
+class _CrossEntropy(torch.autograd.Function):
+    """Saves the logits and the per-row stats; the backward recomputes the
+    softmax from them (a second read of the logits, no [T, V] saved)."""
+
+    @staticmethod
+    def forward(ctx, logits, labels, cfg):
+        prep = Prepared(logits, labels)
+        opts = C.make_opts(**cfg.opts)
+        loss, stats, count = forward_stats(prep, opts, cfg.reduction,
+                                           cfg.group)
+        ctx.cfg, ctx.prep_labels, ctx.count = cfg, prep.labels, count
+        ctx.save_for_backward(logits, stats)
+        ctx.done = False
+        if cfg.reduction == "none":
+            return loss.view(prep.batch_shape)
+        return loss.view(())
+
+    @staticmethod
+    def backward(ctx, g):
+        logits, stats = ctx.saved_tensors
+        cfg = ctx.cfg
+        if ctx.done and cfg.inplace:
+            raise XentError("inplace_backward=True: the logits buffer "
+                            "already holds the gradient; a second backward "
+                            "is not possible", C.ERR_VALUE)
+        ctx.done = True
+        prep = Prepared(logits, None, need_labels=False)
+        prep.labels = ctx.prep_labels
+        prep.inp.labels = prep.labels.data_ptr()
+        prep.inp.label_dtype = (C.I32 if prep.labels.dtype == torch.int32
+                                else C.I64)
+        opts = C.make_opts(**cfg.opts)
+        rows = _upstream(g, prep, opts, cfg, ctx.count)   # [T] or None
+        if cfg.inplace:                         # dL/dz over the logits
+            grad, ldg = logits, prep.ld
+        else:                                   # [..., V], dense rows
+            grad = torch.empty_like(logits,
+                                    memory_format=torch.contiguous_format)
+            ldg = prep.V
+        prep.backend.call("ce_backward", ctypes.byref(prep.inp),
+                          ctypes.byref(opts),
+                          ctypes.c_void_p(stats.data_ptr()),
+                          ctypes.c_void_p(grad.data_ptr()),
+                          ctypes.c_int(prep.dtype), ctypes.c_int64(ldg))
+        del rows                # grad_rows pointed into it until here
+        return grad, None, None
+
+
+def _upstream(g, prep, opts, cfg, count):
+    """Puts the upstream gradient g into opts / prep.inp; returns the [T]
+    float32 buffer it points at (or None).
+
+    reduction 'none': g is [T], passed as grad_rows. A scalar loss: g is
+    read on the host as grad_scale (exact), except under CUDA graph capture
+    where nothing may synchronize: then the backward runs as reduction
+    'none' with grad_rows = g broadcast to [T] and the mean's 1/n folded in
+    (1/normalizer exactly; with n the device count of targets, g/n is
+    rounded once to float32 first: one extra rounding of the gradient)."""
+    if cfg.reduction == "none":
+        rows = g.reshape(-1).to(torch.float32).contiguous()         # [T]
+        prep.inp.grad_rows = rows.data_ptr()
+        return rows
+    if not (g.is_cuda and torch.cuda.is_current_stream_capturing()):
+        opts.grad_scale = float(g.item())
+        return None
+    g = g.reshape(1).to(torch.float32)
+    if cfg.reduction == "mean":
+        n = opts.normalizer
+        if n > 0:
+            opts.grad_scale = 1.0 / n
+        else:
+            g = (g.double() / count.clamp(min=1).double()).float()
+    opts.reduction = C.REDUCE_NONE
+    rows = g.expand(prep.T).contiguous()                             # [T]
+    prep.inp.grad_rows = rows.data_ptr()
+    return rows
+
+
+class _Config:
+    """Options of one cross_entropy call (what the backward needs)."""
+
+    def __init__(self, reduction, inplace, group, opts):
+        self.reduction, self.inplace = reduction, inplace
+        self.group, self.opts = group, opts
+
+
+def cross_entropy(logits, labels, *, ignore_index=-100, reduction="mean",
+                  normalizer=None, temperature=1.0, softcap=None, z_loss=0.0,
+                  label_smoothing=0.0, inplace_backward=False,
+                  process_group=None, vocab_start=0, vocab_total=None,
+                  threads=0):
+    if reduction not in C.REDUCTIONS:
+        raise XentError("reduction = %r: must be one of 'none', 'sum', "
+                        "'mean'" % (reduction,), C.ERR_VALUE)
+    if vocab_total is None:
+        vocab_total = 0
+        if process_group is not None:
+            vocab_total = _vocab_total(int(logits.shape[-1]), logits.device,
+                                       process_group)
+    opts = dict(ignore_index=ignore_index, reduction=reduction,
+                normalizer=normalizer, temperature=temperature,
+                softcap=softcap, z_loss=z_loss,
+                label_smoothing=label_smoothing, vocab_start=vocab_start,
+                vocab_total=vocab_total, threads=threads)
+    C.make_opts(**opts)   # early check of the option values' types
+    cfg = _Config(reduction, bool(inplace_backward), process_group, opts)
+    return _CrossEntropy.apply(logits, labels, cfg)
+
+
+def logprobs(logits, labels, *, temperature=1.0, entropy=False,
+             ignore_index=-100, softcap=None, threads=0):
+    """Per-token log p(label) (float32, labels' shape) and, with
+    entropy=True, the entropy too. Forward only (no autograd graph)."""
+    prep = Prepared(logits.detach(), labels)
+    opts = C.make_opts(ignore_index=ignore_index, reduction="none",
+                       temperature=temperature, softcap=softcap,
+                       threads=threads)
+    lp = prep.empty(prep.T)
+    ent = prep.empty(prep.T) if entropy else None
+    prep.backend.call("logprobs", ctypes.byref(prep.inp), ctypes.byref(opts),
+                      ctypes.c_void_p(lp.data_ptr()),
+                      ctypes.c_void_p(_p(ent)))
+    lp = lp.view(prep.batch_shape)
+    return (lp, ent.view(prep.batch_shape)) if entropy else lp
+
+
+class CrossEntropyLoss(torch.nn.Module):
+    """Drop-in for torch.nn.CrossEntropyLoss (class dimension last).
+
+    Same argument names as torch where they exist; `weight`, `size_average`
+    and `reduce` are not supported (must stay None). Extra: temperature,
+    softcap, z_loss, normalizer, inplace_backward, process_group,
+    vocab_start, vocab_total."""
+
+    def __init__(self, weight=None, size_average=None, ignore_index=-100,
+                 reduce=None, reduction="mean", label_smoothing=0.0, *,
+                 temperature=1.0, softcap=None, z_loss=0.0, normalizer=None,
+                 inplace_backward=False, process_group=None, vocab_start=0,
+                 vocab_total=None):
+        super().__init__()
+        for name, v in (("weight", weight), ("size_average", size_average),
+                        ("reduce", reduce)):
+            if v is not None:
+                raise XentError("xent.CrossEntropyLoss: %s is not supported "
+                                "(leave it None)" % name, C.ERR_VALUE)
+        if reduction not in C.REDUCTIONS:
+            raise XentError("reduction = %r: must be one of 'none', 'sum', "
+                            "'mean'" % (reduction,), C.ERR_VALUE)
+        self.ignore_index, self.reduction = ignore_index, reduction
+        self.label_smoothing = label_smoothing
+        self.kw = dict(temperature=temperature, softcap=softcap,
+                       z_loss=z_loss, normalizer=normalizer,
+                       inplace_backward=inplace_backward,
+                       process_group=process_group, vocab_start=vocab_start,
+                       vocab_total=vocab_total)
+
+    def forward(self, input, target):
+        return cross_entropy(input, target, ignore_index=self.ignore_index,
+                             reduction=self.reduction,
+                             label_smoothing=self.label_smoothing, **self.kw)
+
+    def extra_repr(self):
+        return "ignore_index=%d, reduction=%r" % (self.ignore_index,
+                                                  self.reduction)
