@@ -342,6 +342,62 @@ xent_status xent_rl_check_logprobs(const char *name, const float *lp,
                                    int allow_neg_inf, int64_t zero_run_limit,
                                    xent_rl_lp_report *report);
 
+/* ------------------------------------------------------------------------ */
+/* CUDA: the same functions on device memory (src/cuda/rl.cu)                */
+/* ------------------------------------------------------------------------ */
+
+/* xent_cuda_rl_* take the same arguments as the CPU calls above, plus a
+ * cudaStream_t `stream` (NULL: the legacy default stream). Every array
+ * (rewards, offsets, ids, masks, log-probs, advantages and every output
+ * array) is DEVICE memory; the structs (groups, opts, in), `name` and the
+ * result structs (stats, out, report, *n_clamped) are HOST memory. Options are checked on
+ * the host, array contents by a check kernel whose small record is copied
+ * back before any output is written: on failure the status and the message
+ * (field and index) are those of the CPU call and no output was touched.
+ * Each call therefore synchronizes `stream`. Results equal the CPU's
+ * bitwise (same double arithmetic, sums in the same order) except where
+ * K3 = expm1(d) - d for |d| >= 1/2 is involved (CUDA's expm1 vs the C
+ * library's): within 1 ulp; docs/rl.md, "CUDA", lists each function.
+ * Without CUDA in the build they return XENT_ERR_UNSUPPORTED. */
+xent_status xent_cuda_rl_group_advantages(const float *rewards,
+                                          const xent_rl_groups *groups,
+                                          const xent_rl_adv_opts *opts,
+                                          float *adv, double *group_mean,
+                                          double *group_std,
+                                          xent_rl_adv_stats *stats,
+                                          void *stream);
+
+xent_status xent_cuda_rl_batch_normalize(const float *adv_in, int64_t n,
+                                         const uint8_t *mask,
+                                         const xent_rl_batch_opts *opts,
+                                         float *adv_out,
+                                         xent_rl_batch_stats *stats,
+                                         void *stream);
+
+xent_status xent_cuda_rl_policy_loss(const xent_rl_input *in,
+                                     const xent_rl_loss_opts *opts,
+                                     float *token_loss, float *grad,
+                                     xent_rl_loss_stats *stats, void *stream);
+
+xent_status xent_cuda_rl_kl_estimate(xent_rl_kl kind, const float *lp_new,
+                                     const float *lp_ref, int64_t T,
+                                     const uint8_t *mask,
+                                     double log_ratio_clamp, float *kl,
+                                     float *dkl, int64_t *n_clamped,
+                                     void *stream);
+
+xent_status xent_cuda_rl_diagnostics(const xent_rl_input *in,
+                                     const xent_rl_loss_opts *opts,
+                                     xent_rl_diag *out, void *stream);
+
+xent_status xent_cuda_rl_check_logprobs(const char *name, const float *lp,
+                                        int64_t T, const int64_t *offsets,
+                                        int64_t nseq, const uint8_t *mask,
+                                        int allow_neg_inf,
+                                        int64_t zero_run_limit,
+                                        xent_rl_lp_report *report,
+                                        void *stream);
+
 #ifdef __cplusplus
 }
 #endif
