@@ -1,0 +1,868 @@
+/* src/cuda/ce.cu: cross-entropy kernels on CUDA.
+ *
+ * One thread block per row (rows loop by gridDim.x). A row is cut in chunks
+ * of 8 columns; chunk c belongs to thread c % blockDim.x, and each thread
+ * visits its chunks in ascending order, so the arithmetic of a row depends
+ * only on the row and the block size, never on T, on the row's position or
+ * on the row's alignment (unaligned rows load element by element in the
+ * same order).
+ *
+ * Pass 1 (one read of the row) keeps, per thread, a running raw maximum m
+ * over non-target columns and the sums S = sum exp(z'_j - m'), SX = sum
+ * exp(z'_j - m') (z'_j - m') and ZS = sum z'_j, rescaled in double when m
+ * grows. The block combines them exactly as xent_ce_combine combines shards
+ * (max, then each part scaled by exp(m'_t - M') in double). The row's
+ * statistics are finished in double by one thread (xc_finish, the same code
+ * as the shard combine), and pass 2 (a second read, mostly from L2, in
+ * reverse order) writes the gradient.
+ *
+ * Two arithmetic paths (docs/cuda.md has the error analysis):
+ *  - fast: bf16/f16 logits, no softcap, gradient bf16/f16 or none. Terms are
+ *    2^((z - m) * log2e / tau) with the MUFU exp2 (about 2 ulp), summed in 8
+ *    fp32 lanes per thread and flushed to double at each new maximum; the
+ *    gradient is 2^((z - R) log2e / tau - b) with the per-row constants
+ *    folded into b, then rounded once to bf16/f16.
+ *  - precise: everything else (fp32 logits, softcap, fp32 gradient): per
+ *    element in double with the CPU's exp, rounded once at the store.
+ */
+#include "ce_device.h"
+#include "ce_kernels.h"
+
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdlib.h>
+
+#define XC_UNROLL 4
+#define XC_LANES 4 /* fp32 accumulators per thread (fast path) */
+#define XC_LOG2E 1.4426950408889634
+
+/* ------------------------------------------------------------------ */
+/* Per-row context                                                     */
+/* ------------------------------------------------------------------ */
+
+struct xc_row {
+    int64_t r;
+    int counted; /* the row has a target (label != ignore_index)          */
+    int bad;     /* label outside [0, vocab_total) (unchecked calls)      */
+    int64_t tl;  /* target's local column, or -1 when not in this shard  */
+};
+
+__device__ __forceinline__ xc_row xc_row_info(const xc_params &k, int64_t r) {
+    xc_row w;
+    w.r = r;
+    w.counted = 0;
+    w.bad = 0;
+    w.tl = -1;
+    if (k.labels) {
+        int64_t t = k.labels64 ? ((const int64_t *)k.labels)[r]
+                               : (int64_t)((const int32_t *)k.labels)[r];
+        if (t != k.ignore_index) {
+            w.counted = 1;
+            w.bad = t < 0 || t >= k.vocab_total;
+            int64_t l = t - k.vocab_start;
+            if (!w.bad && l >= 0 && l < k.V) w.tl = l;
+        }
+    }
+    return w;
+}
+
+/* z' = cap(z) / tau, in double, with the CPU's formulas (src/cpu/ce.c):
+ * tanh from one exp, e = exp(-2|y|): tanh|y| = (1 - e) / (1 + e). */
+__device__ __forceinline__ double xc_tr(const xc_params &k, double z) {
+    if (!(k.softcap > 0)) return z * k.inv_tau;
+    double y = z * k.inv_cap;
+    double e = xc_dexp(-2.0 * fabs(y));
+    double t = (1.0 - e) / (1.0 + e);
+    return copysign(t, y) * k.softcap * k.inv_tau;
+}
+
+/* d z' / d z = sech^2(z / cap) / tau = 4e / (1 + e)^2 / tau. */
+__device__ __forceinline__ double xc_chain(const xc_params &k, double z) {
+    if (!(k.softcap > 0)) return k.inv_tau;
+    double e = xc_dexp(-2.0 * fabs(z * k.inv_cap));
+    double q = 1.0 + e;
+    return 4.0 * e / (q * q) * k.inv_tau;
+}
+
+__device__ __forceinline__ double xc_softplus(double d) {
+    return d > 0 ? d + log1p(exp(-d)) : log1p(exp(d));
+}
+
+/* ------------------------------------------------------------------ */
+/* Finishing a row from its partial statistics (shards or one block)   */
+/* ------------------------------------------------------------------ */
+
+struct xc_out {
+    double lse, nll, entropy, loss;
+    int counted, nonfinite;
+};
+
+/* parts: S partials of this row, `stride` apart. The same formulas as the
+ * CPU's combine (src/cpu/ce.c), in double. */
+__device__ xc_out xc_finish(const xc_params &k, const xc_row &w,
+                            const xent_ce_partial *parts, int S,
+                            int64_t stride) {
+    xc_out o;
+    o.lse = o.nll = o.entropy = o.loss = 0;
+    o.counted = w.counted;
+    o.nonfinite = w.bad;
+    double M = -INFINITY, target = 0;
+    int owners = 0;
+    for (int s = 0; s < S; s++) {
+        const xent_ce_partial *p = parts + (int64_t)s * stride;
+        if (p->flags & 2) o.nonfinite = 1;
+        if (p->flags & 1) { target = p->target; owners++; }
+        if (p->max != -INFINITY) {
+            double mk = xc_tr(k, p->max);
+            M = mk > M ? mk : M;
+        }
+    }
+    if (o.nonfinite) {
+        o.lse = o.entropy = NAN;
+        o.nll = o.loss = w.counted ? NAN : 0.0;
+        return o;
+    }
+    double top = 0, rest = 0, SX = 0, Z = 0;
+    int have_top = 0;
+    for (int s = 0; s < S; s++) {
+        const xent_ce_partial *p = parts + (int64_t)s * stride;
+        Z += p->zsum;
+        if (p->max == -INFINITY) continue;
+        double off = xc_tr(k, p->max) - M; /* <= 0 */
+        double f = exp(off);
+        if (off == 0 && !have_top) { top = p->sum; have_top = 1; }
+        else rest += f * (p->sum + 1.0);
+        SX += f * (p->sumx + off * (p->sum + 1.0));
+    }
+    const double Sm1 = have_top ? top + rest : -1.0, Ssum = Sm1 + 1.0;
+    double L;
+    if (w.counted && owners) {
+        double zt = xc_tr(k, target);
+        double logS = Ssum > 0 ? log1p(Sm1) : -INFINITY;
+        double d = (M - zt) + logS; /* lse over j != t, minus z'_t */
+        o.nll = xc_softplus(d);
+        o.lse = zt + o.nll;
+        L = logS + xc_softplus(-d);
+        double nontarget_h = Ssum > 0 ? exp(-L) * (L * Ssum - SX) : 0.0;
+        o.entropy = nontarget_h + exp(-o.nll) * o.nll;
+        o.loss = (1.0 - k.eps) * o.nll + k.eps * (o.lse - Z / (double)k.vocab_total) +
+                 k.z_loss * o.lse * o.lse;
+    } else {
+        L = log1p(Sm1);
+        o.lse = M + L;
+        o.nll = 0;
+        o.entropy = L - SX / Ssum;
+        o.loss = 0;
+    }
+    return o;
+}
+
+__device__ void xc_emit(const xc_params &k, int64_t r, const xc_out &o) {
+    if (k.nll) k.nll[r] = (float)o.nll;
+    if (k.logprob) k.logprob[r] = (float)(-o.nll) + 0.0f;
+    if (k.lse) k.lse[r] = (float)o.lse;
+    if (k.entropy) k.entropy[r] = (float)o.entropy;
+    if (k.stats) { k.stats[r].lse = o.lse; k.stats[r].nll = o.nll; }
+    if (k.loss_rows) k.loss_rows[r] = (float)o.loss;
+    if (k.acc) {
+        xc_row_acc a;
+        a.loss = o.loss;
+        a.counted = o.counted;
+        a.nonfinite = o.nonfinite;
+        k.acc[r] = a;
+    }
+}
+
+/* The upstream gradient of row r (before the chain factor). */
+__device__ __forceinline__ double xc_row_scale(const xc_params &k, int64_t r) {
+    if (k.reduction == XENT_REDUCE_NONE)
+        return k.grad_scale * (k.grad_rows ? (double)k.grad_rows[r] : 1.0);
+    if (k.reduction == XENT_REDUCE_SUM) return k.grad_scale;
+    double n = k.normalizer > 0 ? k.normalizer : (double)k.rec->counted;
+    return n > 0 ? k.grad_scale / n : 0.0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Stores                                                              */
+/* ------------------------------------------------------------------ */
+
+__device__ __forceinline__ uint16_t xc_bits_bf16(float f) {
+    return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+}
+__device__ __forceinline__ uint16_t xc_bits_f16(float f) {
+    return __half_as_ushort(__float2half_rn(f));
+}
+/* double -> storage bits, rounded once. */
+__device__ __forceinline__ uint32_t xc_bits_of(double v, int dt) {
+    if (dt == XENT_BF16) return __bfloat16_as_ushort(__double2bfloat16(v));
+    if (dt == XENT_F16) return __half_as_ushort(__double2half(v));
+    return __float_as_uint((float)v);
+}
+__device__ __forceinline__ void xc_store_one(void *row, int64_t j, int dt, uint32_t bits) {
+    if (dt == XENT_F32) ((uint32_t *)row)[j] = bits;
+    else ((uint16_t *)row)[j] = (uint16_t)bits;
+}
+
+/* ------------------------------------------------------------------ */
+/* Pass 1 accumulators                                                 */
+/* ------------------------------------------------------------------ */
+
+struct xc_acc {
+    float m;      /* running raw max over this thread's non-target columns */
+    double mp;    /* xc_tr(m)                                             */
+    float ntop;   /* columns equal to the max (each term exactly 1)       */
+    double D, DX; /* flushed sums of the other terms, relative to m (DX in
+                     raw units on the fast path, transformed on precise)  */
+    double ZS;    /* sum of z (raw on the fast path, z' on the precise)  */
+    float s[XC_LANES], sx[XC_LANES]; /* fast path: fp32 lanes since the
+                                        last flush (column j in lane j % 4) */
+    float nf;     /* NaN once a non-finite logit was seen                */
+    float zt;     /* raw target logit (owner thread)                     */
+    int own;
+};
+
+__device__ __forceinline__ void xc_acc_init(xc_acc &a) {
+    a.m = -INFINITY;
+    a.mp = -INFINITY;
+    a.ntop = 0.f;
+    a.D = a.DX = a.ZS = 0;
+#pragma unroll
+    for (int i = 0; i < XC_LANES; i++) a.s[i] = a.sx[i] = 0.f;
+    a.nf = 0.f;
+    a.zt = 0.f;
+    a.own = 0;
+}
+
+/* A new running maximum cm > a.m (warp-uniform in the main loop). The fp32
+ * lanes and the columns at the old max (terms exactly 1) join the doubles,
+ * rescaled by exp(m' - cm') in double. */
+template <bool PRECISE, bool EXTRA>
+__device__ __forceinline__ void xc_rebase(const xc_params &k, xc_acc &a, float cm) {
+    const double mp = xc_tr(k, (double)cm);
+    if (a.m != -INFINITY) {
+        double sd = 0, sxd = 0;
+        if (!PRECISE) {
+#pragma unroll
+            for (int i = 0; i < XC_LANES; i++) {
+                sd += (double)a.s[i];
+                a.s[i] = 0.f;
+                if (EXTRA) { sxd += (double)a.sx[i]; a.sx[i] = 0.f; }
+            }
+            sxd *= k.inv_tau; /* raw -> transformed units */
+        }
+        double St = a.D + sd + (double)a.ntop, DXt = a.DX + sxd;
+        double delta = a.mp - mp; /* < 0 */
+        double f = exp(delta);
+        a.D = f * St;
+        a.DX = f * (DXt + delta * St);
+    }
+    a.m = cm;
+    a.mp = mp;
+    a.ntop = 0.f;
+}
+
+/* Max of a chunk's lanes, leaving out lanes past the row end (i >= nv)
+ * and the target (i == tk). */
+__device__ __forceinline__ float xc_chunk_max(const float z[8], int nv, int tk) {
+    float cm = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+        if (i < nv && i != tk) cm = fmaxf(cm, z[i]);
+    return cm;
+}
+
+/* One term on the fast path: e = 2^(x c2) with the rounding error of the
+ * product x * c2 (and of c2 itself) carried to first order, so the only
+ * error left is the MUFU exp2's (about 1.5 ulp). */
+__device__ __forceinline__ float xc_term(float x, float c2, float c2lo) {
+    float y = x * c2;
+    float ylo = fmaf(x, c2, -y);
+    ylo = fmaf(x, c2lo, ylo);
+    float e = xc_ex2_ftz(y);
+    return fmaf(e, ylo * 0.6931471805599453f, e);
+}
+
+/* Sums of one chunk on the fast path, against the running max a.m >= cm.
+ * careful: lanes masked (past the end or the target) or at the max. */
+template <bool EXTRA>
+__device__ __forceinline__ void xc_fast_sum(xc_acc &a, const float z[8], int nv, int tk,
+                                            bool careful, float c2, float c2lo) {
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        if (i < nv) {
+            a.nf = fmaf(z[i], 0.f, a.nf);
+            if (EXTRA) a.ZS += (double)z[i];
+        }
+    }
+    if (tk >= 0) {
+        a.own = 1;
+        a.zt = z[0];
+#pragma unroll
+        for (int i = 1; i < 8; i++)
+            if (i == tk) a.zt = z[i];
+    }
+    if (a.m == -INFINITY) return;
+    if (careful) {
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            if (i >= nv || i == tk) continue;
+            if (z[i] == a.m) { a.ntop += 1.f; continue; }
+            float x = z[i] - a.m;
+            float e = xc_term(x, c2, c2lo);
+            a.s[i % XC_LANES] += e;
+            if (EXTRA) a.sx[i % XC_LANES] = fmaf(e, x, a.sx[i % XC_LANES]);
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            float x = z[i] - a.m;
+            float e = xc_term(x, c2, c2lo);
+            a.s[i % XC_LANES] += e;
+            if (EXTRA) a.sx[i % XC_LANES] = fmaf(e, x, a.sx[i % XC_LANES]);
+        }
+    }
+}
+
+/* Sums of one chunk on the precise path (all in double, the CPU's exp). */
+__device__ __forceinline__ void xc_precise_sum(const xc_params &k, xc_acc &a,
+                                               const float z[8], int nv, int tk) {
+    if (tk >= 0) {
+        a.own = 1;
+        a.zt = z[0];
+#pragma unroll
+        for (int i = 1; i < 8; i++)
+            if (i == tk) a.zt = z[i];
+    }
+#pragma unroll 2
+    for (int i = 0; i < 8; i++) {
+        if (i >= nv) continue;
+        a.nf = fmaf(z[i], 0.f, a.nf);
+        double zp = xc_tr(k, (double)z[i]);
+        if (k.extra) a.ZS += zp;
+        if (i == tk || a.m == -INFINITY) continue;
+        double x = zp - a.mp;
+        if (x == 0) { a.ntop += 1.f; continue; }
+        double e = xc_dexp(x);
+        a.D += e;
+        if (k.extra) a.DX += e * x;
+    }
+}
+
+template <bool PRECISE, bool EXTRA>
+__device__ __forceinline__ void xc_sum(const xc_params &k, xc_acc &a, const float z[8],
+                                       int nv, int tk, float cm, float c2, float c2lo) {
+    if (PRECISE) xc_precise_sum(k, a, z, nv, tk);
+    else xc_fast_sum<EXTRA>(a, z, nv, tk, nv < 8 || tk >= 0 || cm == a.m, c2, c2lo);
+}
+
+/* Chunk c (8 columns) of a row into 16-byte words: one or two vector loads
+ * when the row is 16-byte aligned, else element by element. */
+template <class In, bool VEC>
+__device__ __forceinline__ void xc_load_chunk(const typename In::raw *row, int64_t c,
+                                              uint64_t pol, uint4 b[In::VECS]) {
+    const typename In::raw *p = row + c * 8;
+    if (VEC) {
+#pragma unroll
+        for (int v = 0; v < In::VECS; v++) b[v] = xc_ld16(p + v * (8 / In::VECS), pol);
+    } else {
+        uint32_t w[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            if (sizeof(typename In::raw) == 4) w[i] = __float_as_uint(In::one(p + i));
+            else w[i] = *(const uint16_t *)(p + i);
+        }
+        if (In::VECS == 2) {
+            b[0] = make_uint4(w[0], w[1], w[2], w[3]);
+            b[In::VECS - 1] = make_uint4(w[4], w[5], w[6], w[7]);
+        } else {
+            b[0] = make_uint4(w[0] | w[1] << 16, w[2] | w[3] << 16, w[4] | w[5] << 16,
+                              w[6] | w[7] << 16);
+        }
+    }
+}
+
+/* Pass 1 over row `row` for this thread. The loop runs warp by warp: a
+ * round loads XC_UNROLL chunks per lane, takes the warp's max over them
+ * and rebases (warp-uniformly) before summing, so the rare rebase never
+ * diverges within a warp. Chunk c still belongs to thread c % NT and is
+ * summed in ascending order. */
+template <class In, bool PRECISE, bool EXTRA, bool VEC>
+__device__ __forceinline__ void xc_pass1(const xc_params &k, xc_acc &a,
+                                         const typename In::raw *row, int64_t tl,
+                                         uint4 *stage, int kcap) {
+    /* chunk indices fit in int: V < 2^33 (checked on the host) */
+    const int nfull = (int)(k.V >> 3), NT = blockDim.x, tid = threadIdx.x, lane = tid & 31;
+    const int tc = tl >= 0 ? (int)(tl >> 3) : -1, to = (int)(tl & 7); /* target chunk */
+    const double c2d = XC_LOG2E * k.inv_tau;
+    const float c2 = (float)c2d, c2lo = (float)(c2d - (double)c2);
+    const uint64_t pol = xc_policy_last();
+    int k0 = 0; /* this round's first slot (chunk index c = tid + slot NT) */
+    for (int c0 = tid - lane; c0 < nfull; c0 += XC_UNROLL * NT, k0 += XC_UNROLL) {
+        uint4 b[XC_UNROLL][In::VECS];
+#pragma unroll
+        for (int u = 0; u < XC_UNROLL; u++) {
+            int c = c0 + lane + u * NT;
+            if (c < nfull) xc_load_chunk<In, VEC>(row, c, pol, b[u]);
+        }
+        /* keep the first kcap chunks of this thread on chip for pass 2 */
+#pragma unroll
+        for (int u = 0; u < XC_UNROLL; u++) {
+            int c = c0 + lane + u * NT;
+            if (VEC && c < nfull && k0 + u < kcap)
+#pragma unroll
+                for (int v = 0; v < In::VECS; v++)
+                    stage[((k0 + u) * NT + tid) * In::VECS + v] = b[u][v];
+        }
+        float cmax[XC_UNROLL], wm = -INFINITY;
+#pragma unroll
+        for (int u = 0; u < XC_UNROLL; u++) {
+            int c = c0 + lane + u * NT;
+            cmax[u] = -INFINITY;
+            if (c < nfull) {
+                if (c == tc) {
+                    float z[8];
+                    In::unpack(b[u], z);
+                    cmax[u] = xc_chunk_max(z, 8, to);
+                } else {
+                    cmax[u] = In::max8(b[u]);
+                }
+                wm = fmaxf(wm, cmax[u]);
+            }
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) wm = fmaxf(wm, __shfl_xor_sync(0xFFFFFFFFu, wm, o));
+        if (wm > a.m) xc_rebase<PRECISE, EXTRA>(k, a, wm);
+#pragma unroll
+        for (int u = 0; u < XC_UNROLL; u++) {
+            int c = c0 + lane + u * NT;
+            if (c < nfull) {
+                float z[8];
+                In::unpack(b[u], z);
+                xc_sum<PRECISE, EXTRA>(k, a, z, 8, c == tc ? to : -1, cmax[u], c2, c2lo);
+            }
+        }
+    }
+    const int nv = (int)(k.V & 7);
+    if (nv && nfull % NT == tid) { /* the partial last chunk */
+        float z[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++) z[i] = i < nv ? In::one(row + (int64_t)nfull * 8 + i) : 0.f;
+        int t = nfull == tc ? to : -1;
+        float cm = xc_chunk_max(z, nv, t);
+        if (cm > a.m) xc_rebase<PRECISE, EXTRA>(k, a, cm);
+        xc_sum<PRECISE, EXTRA>(k, a, z, nv, t, cm, c2, c2lo);
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* Pass 2: the gradient                                                */
+/* ------------------------------------------------------------------ */
+
+struct xc_gconst {
+    int kind;       /* 0 compute, 1 zeros, 2 NaN                            */
+    int fold;       /* fast path: value = sgn * 2^y (no label smoothing)    */
+    float R, c2, b, sgn, A, B;  /* fast path constants                      */
+    double g, lse, A1, E;       /* precise: g * c_j * (A1 p_j - E)          */
+    int64_t tl;     /* target column or -1                                  */
+    uint32_t tbits; /* target gradient, rounded to the output dtype         */
+};
+
+__device__ void xc_grad_consts(const xc_params &k, const xc_row &w, double lse,
+                               double nll, int nonfinite, float zt_raw,
+                               bool fast, xc_gconst &gc) {
+    gc.tl = w.tl;
+    gc.fold = 0;
+    gc.R = gc.c2 = gc.b = gc.A = gc.B = 0.f;
+    gc.sgn = 1.f;
+    gc.g = w.counted ? xc_row_scale(k, w.r) : 0.0;
+    /* ignored rows and a zero upstream gradient: zeros (as the CPU) */
+    gc.kind = gc.g == 0 ? 1 : (nonfinite ? 2 : 0);
+    gc.lse = lse;
+    gc.A1 = 1.0 + 2.0 * k.z_loss * lse;
+    gc.E = k.eps / (double)k.vocab_total;
+    gc.tbits = 0;
+    if (gc.kind != 0) return;
+    if (w.tl >= 0) {
+        double ct = xc_chain(k, (double)zt_raw);
+        double pt = exp(-nll);
+        double v = gc.g * ct * (expm1(-nll) + 2.0 * k.z_loss * lse * pt
+                                + k.eps * (1.0 - 1.0 / (double)k.vocab_total));
+        gc.tbits = xc_bits_of(v, k.grad_dtype);
+    }
+    if (fast) {
+        /* p_j = 2^((z_j - R) c2 - b0) with R = lse * tau rounded to fp32:
+         * z_j - R is exact for z_j in [R/2, 2R] (the columns that matter). */
+        float R = (float)(lse * k.temperature);
+        double b0 = (lse - (double)R * k.inv_tau) * XC_LOG2E;
+        double A = gc.g * k.inv_tau * gc.A1;
+        gc.R = R;
+        gc.c2 = (float)(XC_LOG2E / k.temperature);
+        if (k.eps == 0) {
+            gc.fold = 1;
+            gc.sgn = A < 0 ? -1.f : 1.f;
+            gc.A = gc.sgn;
+            gc.B = 0.f;
+            gc.b = (float)(b0 - log2(fabs(A)));
+            if (A == 0) gc.kind = 1;
+        } else {
+            gc.b = (float)b0;
+            gc.A = (float)A;
+            gc.B = (float)(-gc.g * k.inv_tau * gc.E);
+        }
+    }
+}
+
+template <int OUT>
+__device__ __forceinline__ uint32_t xc_pack2(float a, float b) {
+    if (OUT == XENT_BF16) {
+        __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+        return *reinterpret_cast<uint32_t *>(&h);
+    }
+    __half2 h = __floats2half2_rn(a, b);
+    return *reinterpret_cast<uint32_t *>(&h);
+}
+
+/* Fast gradient of 8 columns (bf16/f16 output) as 4 packed words. */
+template <int OUT>
+__device__ __forceinline__ uint4 xc_fast_grad8(const xc_gconst &gc, const float z[8]) {
+    float g[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        float y = fmaf(z[i] - gc.R, gc.c2, -gc.b);
+        float p = xc_ex2(y);
+        g[i] = fmaf(p, gc.A, gc.B); /* folded: A = +-1, B = 0 */
+    }
+    uint4 w;
+    w.x = xc_pack2<OUT>(g[0], g[1]);
+    w.y = xc_pack2<OUT>(g[2], g[3]);
+    w.z = xc_pack2<OUT>(g[4], g[5]);
+    w.w = xc_pack2<OUT>(g[6], g[7]);
+    return w;
+}
+
+__device__ __forceinline__ uint32_t xc_precise_grad1(const xc_params &k,
+                                                     const xc_gconst &gc, float z) {
+    const double zd = z;
+    double p = xc_dexp(xc_tr(k, zd) - gc.lse);
+    double ch = xc_chain(k, zd);
+    return xc_bits_of(gc.g * ch * (gc.A1 * p - gc.E), k.grad_dtype);
+}
+
+__device__ __forceinline__ uint32_t xc_const_bits(int kind, int dt) {
+    if (kind == 1) return 0;
+    return dt == XENT_F32 ? 0x7FC00000u : (dt == XENT_BF16 ? 0x7FC0u : 0x7E00u);
+}
+
+/* Pass 2 for this thread, chunks in reverse order (the most recently read
+ * ones first: they are likeliest still in L2). */
+template <class In, int OUT, bool PRECISE>
+__device__ __forceinline__ void xc_pass2(const xc_params &k, const xc_gconst &gc,
+                                         const typename In::raw *row, void *grow,
+                                         const uint4 *stage, int kcap) {
+    const int nfull = (int)(k.V >> 3), nchunk = (int)((k.V + 7) >> 3);
+    const int NT = blockDim.x, tid = threadIdx.x;
+    const int tc = gc.tl >= 0 ? (int)(gc.tl >> 3) : -1, to = (int)(gc.tl & 7);
+    const int dt = k.grad_dtype;
+    const bool vin = ((uintptr_t)row & 15) == 0;
+    const bool vout = ((uintptr_t)grow & 15) == 0 && !PRECISE;
+    const uint64_t pol = xc_policy_first();
+    if (tid >= nchunk) return;
+    int slot = (nchunk - 1 - tid) / NT; /* this thread's last chunk */
+    for (int c = tid + slot * NT; c >= 0; c -= NT, slot--) {
+        const int nv = c < nfull ? 8 : (int)(k.V & 7);
+        const int64_t j0 = (int64_t)c * 8;
+        if (gc.kind != 0) {
+            uint32_t bits = xc_const_bits(gc.kind, dt);
+            for (int i = 0; i < nv; i++) xc_store_one(grow, j0 + i, dt, bits);
+            continue;
+        }
+        float z[8];
+        if (vin && nv == 8) {
+            uint4 b[In::VECS];
+            if (slot < kcap) {
+#pragma unroll
+                for (int v = 0; v < In::VECS; v++) b[v] = stage[(slot * NT + tid) * In::VECS + v];
+            } else {
+#pragma unroll
+                for (int v = 0; v < In::VECS; v++)
+                    b[v] = xc_ld16(row + j0 + v * (8 / In::VECS), pol);
+            }
+            In::unpack(b, z);
+        } else {
+#pragma unroll
+            for (int i = 0; i < 8; i++) z[i] = i < nv ? In::one(row + j0 + i) : 0.f;
+        }
+        const int tk = c == tc ? to : -1;
+        if (!PRECISE && OUT != 0) {
+            uint4 w = xc_fast_grad8<OUT>(gc, z);
+            if (tk >= 0) {
+                /* compile-time indices only (keeps w in registers) */
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    uint32_t v = i == 0 ? w.x : i == 1 ? w.y : i == 2 ? w.z : w.w;
+                    if (tk == 2 * i) v = (v & 0xFFFF0000u) | gc.tbits;
+                    if (tk == 2 * i + 1) v = (v & 0xFFFFu) | (gc.tbits << 16);
+                    if (i == 0) w.x = v; else if (i == 1) w.y = v;
+                    else if (i == 2) w.z = v; else w.w = v;
+                }
+            }
+            if (vout && nv == 8) {
+                xc_st16((uint16_t *)grow + j0, w, pol);
+            } else {
+                const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
+                for (int i = 0; i < nv; i++)
+                    ((uint16_t *)grow)[j0 + i] = (uint16_t)(ws[i >> 1] >> (16 * (i & 1)));
+            }
+        } else if (PRECISE) {
+            for (int i = 0; i < nv; i++) {
+                uint32_t bits = i == tk ? gc.tbits : xc_precise_grad1(k, gc, z[i]);
+                xc_store_one(grow, j0 + i, dt, bits);
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* The row kernel                                                      */
+/* ------------------------------------------------------------------ */
+
+struct xc_shared {
+    float fmax[XC_MAX_WARPS];
+    double sum[4 * XC_MAX_WARPS];
+    float zt;
+    xc_gconst gc;
+};
+
+template <class In, int OUT, bool PRECISE, bool EXTRA>
+__global__ void __launch_bounds__(1024) xc_row_kernel(const xc_params k) {
+    __shared__ xc_shared sh;
+    extern __shared__ uint4 xc_stage[]; /* [kcap][NT][VECS] staged chunks */
+    typedef typename In::raw raw;
+    for (int64_t r = blockIdx.x; r < k.T; r += gridDim.x) {
+        const xc_row w = xc_row_info(k, r);
+        const raw *row = (const raw *)k.logits + r * k.ld;
+        void *grow = k.grad ? (char *)k.grad + r * k.ld_grad * (k.grad_dtype == XENT_F32 ? 4 : 2)
+                            : nullptr;
+        if (k.mode == XC_MODE_BWD) {
+            if (threadIdx.x == 0) {
+                double lse = k.in_stats[r].lse, nll = k.in_stats[r].nll;
+                int nf = w.bad || lse != lse || nll != nll;
+                float zt = w.tl >= 0 ? In::one(row + w.tl) : 0.f;
+                xc_grad_consts(k, w, lse, nll, nf, zt, !PRECISE, sh.gc);
+            }
+            __syncthreads();
+            const xc_gconst gc = sh.gc;
+            xc_pass2<In, OUT, PRECISE>(k, gc, row, grow, xc_stage, 0);
+            __syncthreads();
+            continue;
+        }
+        xc_acc a;
+        xc_acc_init(a);
+        /* chunks per thread kept in shared memory (aligned rows only) */
+        const int kcap = ((uintptr_t)row & 15) == 0
+                             ? (int)(k.stage_bytes / (16 * In::VECS * (int64_t)blockDim.x)) : 0;
+        if (((uintptr_t)row & 15) == 0)
+            xc_pass1<In, PRECISE, EXTRA || PRECISE, true>(k, a, row, w.tl, xc_stage, kcap);
+        else
+            xc_pass1<In, PRECISE, EXTRA || PRECISE, false>(k, a, row, w.tl, xc_stage, 0);
+        if (a.own) sh.zt = a.zt; /* at most one owner; read after barriers */
+        /* combine the threads: max, then sums rebased on the max; the
+         * columns at the row's max are counted apart (S - 1 exact) */
+        const float M = xc_block_max(a.m, sh.fmax);
+        double mt = a.mp, Mp = M == -INFINITY ? -INFINITY : xc_tr(k, (double)M);
+        if (!PRECISE) {
+            double sd = 0, sxd = 0;
+#pragma unroll
+            for (int i = 0; i < XC_LANES; i++) { sd += (double)a.s[i]; sxd += (double)a.sx[i]; }
+            a.D += sd;
+            a.DX += sxd * k.inv_tau; /* raw -> transformed units */
+            a.ZS = a.ZS * k.inv_tau;
+        }
+        double v[4] = {0, 0, 0, a.ZS}; /* top count, rest, SX, ZS */
+        if (a.m != -INFINITY) {
+            double off = mt - Mp, St = a.D + (double)a.ntop;
+            double f = exp(off);
+            if (off == 0) { v[0] = a.ntop; v[1] = a.D; }
+            else v[1] = f * St;
+            v[2] = f * (a.DX + off * St);
+        }
+        xc_block_sum4(v, sh.sum);
+        const int nf = __syncthreads_or(a.nf != a.nf);
+        const int own = __syncthreads_or(a.own);
+        if (threadIdx.x == 0) {
+            xent_ce_partial p;
+            p.max = (double)M;
+            p.sum = M == -INFINITY ? 0.0 : (v[0] - 1.0) + v[1];
+            p.sumx = v[2];
+            p.zsum = v[3];
+            p.target = own ? (double)sh.zt : 0.0;
+            p.flags = (own ? 1 : 0) | (nf ? 2 : 0);
+            if (k.mode == XC_MODE_PART) {
+                k.partial[r] = p;
+            } else {
+                xc_out o = xc_finish(k, w, &p, 1, 0);
+                xc_emit(k, r, o);
+                if (k.grad)
+                    xc_grad_consts(k, w, o.lse, o.nll, o.nonfinite, sh.zt, !PRECISE, sh.gc);
+            }
+        }
+        if (k.mode == XC_MODE_FWD && k.grad) {
+            __syncthreads();
+            const xc_gconst gc = sh.gc;
+            xc_pass2<In, OUT, PRECISE>(k, gc, row, grow, xc_stage, kcap);
+        }
+        __syncthreads();
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* Labels, combine and reductions                                      */
+/* ------------------------------------------------------------------ */
+
+__global__ void xc_label_kernel(const xc_params k, xc_label_rec *rec) {
+    __shared__ unsigned long long sc[XC_MAX_WARPS], sb[XC_MAX_WARPS];
+    unsigned long long cnt = 0, bad = 0; /* bad: max of T - row */
+    for (int64_t r = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; r < k.T;
+         r += (int64_t)gridDim.x * blockDim.x) {
+        xc_row w = xc_row_info(k, r);
+        cnt += (unsigned long long)w.counted;
+        if (w.bad) bad = max(bad, (unsigned long long)(k.T - r));
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        cnt += __shfl_xor_sync(0xFFFFFFFFu, cnt, o);
+        bad = max(bad, __shfl_xor_sync(0xFFFFFFFFu, bad, o));
+    }
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (lane == 0) { sc[warp] = cnt; sb[warp] = bad; }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int i = 1; i < (int)(blockDim.x >> 5); i++) { cnt += sc[i]; bad = max(bad, sb[i]); }
+        /* integer atomics: the result does not depend on their order */
+        if (cnt) atomicAdd(&rec->counted, cnt);
+        if (bad) atomicMax(&rec->neg_first_bad, bad);
+    }
+}
+
+__global__ void xc_combine_kernel(const xc_params k) {
+    for (int64_t r = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; r < k.T;
+         r += (int64_t)gridDim.x * blockDim.x) {
+        xc_row w = xc_row_info(k, r);
+        xc_out o = xc_finish(k, w, k.parts + r, k.nshards, k.T);
+        xc_emit(k, r, o);
+    }
+}
+
+/* One block; thread t sums the rows [t T / n, (t+1) T / n) in order, then
+ * a fixed butterfly. */
+__global__ void __launch_bounds__(1024) xc_reduce_kernel(const xc_params k, float *loss,
+                                                         int64_t *n_counted,
+                                                         int64_t *n_nonfinite) {
+    __shared__ double sh[4 * XC_MAX_WARPS];
+    const int64_t n = blockDim.x, t = threadIdx.x;
+    const int64_t b = k.T * t / n, e = k.T * (t + 1) / n;
+    double v[4] = {0, 0, 0, 0};
+    for (int64_t r = b; r < e; r++) {
+        xc_row_acc a = k.acc[r];
+        if (a.counted) { v[0] += a.loss; v[1] += 1; }
+        v[2] += a.nonfinite;
+    }
+    xc_block_sum4(v, sh);
+    if (t == 0) {
+        if (loss) {
+            double l = v[0];
+            if (k.reduction == XENT_REDUCE_MEAN) {
+                double nrm = k.normalizer > 0 ? k.normalizer : v[1];
+                l = nrm > 0 ? l / nrm : 0.0;
+            }
+            *loss = (float)l;
+        }
+        if (n_counted) *n_counted = (int64_t)v[1];
+        if (n_nonfinite) *n_nonfinite = (int64_t)v[2];
+    }
+}
+
+/* ------------------------------------------------------------------ */
+/* Launchers                                                           */
+/* ------------------------------------------------------------------ */
+
+static int xc_grid(int64_t n) { return (int)(n < (1 << 24) ? n : (1 << 24)); }
+
+/* XENT_CUDA_SMEM: dynamic shared memory per block (bytes). When the call
+ * writes a gradient, the first chunks of each thread are kept there
+ * between pass 1 and pass 2 (the rest is read again, mostly from L2); it
+ * also caps the blocks per multiprocessor. It does not change any result. */
+static int xc_smem_pad(int block) {
+    const char *s = getenv("XENT_CUDA_SMEM");
+    if (s) {
+        int v = atoi(s);
+        return v > 0 && v <= 200 * 1024 ? v : 0;
+    }
+    /* default: 512-thread blocks keep 110000 bytes of their row (two
+     * blocks per multiprocessor); smaller blocks rely on L2 */
+    return block >= 512 ? 110000 : 0;
+}
+
+template <class In, int OUT, bool PRECISE, bool EXTRA>
+static int xc_go(const xc_params *p, int block, cudaStream_t s) {
+    const int pad = (p->grad && p->mode == XC_MODE_FWD) ? xc_smem_pad(block) : 0;
+    if (pad > 48 * 1024) {
+        cudaError_t e = cudaFuncSetAttribute(xc_row_kernel<In, OUT, PRECISE, EXTRA>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, pad);
+        if (e != cudaSuccess) return (int)e;
+    }
+    xc_params q = *p;
+    q.stage_bytes = (q.grad && q.mode == XC_MODE_FWD) ? pad : 0;
+    xc_row_kernel<In, OUT, PRECISE, EXTRA><<<xc_grid(p->T), block, pad, s>>>(q);
+    return (int)cudaGetLastError();
+}
+
+template <class In>
+static int xc_fast_out(const xc_params *p, int block, cudaStream_t s) {
+    const int out = (p->grad && p->mode != XC_MODE_PART) ? p->grad_dtype : -1;
+    if (p->extra) {
+        if (out == XENT_BF16) return xc_go<In, XENT_BF16, false, true>(p, block, s);
+        if (out == XENT_F16) return xc_go<In, XENT_F16, false, true>(p, block, s);
+        return xc_go<In, 0, false, true>(p, block, s);
+    }
+    if (out == XENT_BF16) return xc_go<In, XENT_BF16, false, false>(p, block, s);
+    if (out == XENT_F16) return xc_go<In, XENT_F16, false, false>(p, block, s);
+    return xc_go<In, 0, false, false>(p, block, s);
+}
+
+int xc_launch_rows(const xc_params *p, int block, void *stream) {
+    cudaStream_t s = (cudaStream_t)stream;
+    const int has_grad = p->grad && p->mode != XC_MODE_PART;
+    const int fast = (p->in_dtype == XENT_BF16 || p->in_dtype == XENT_F16) &&
+                     p->softcap == 0 &&
+                     (!has_grad || p->grad_dtype == XENT_BF16 || p->grad_dtype == XENT_F16);
+    if (fast && p->in_dtype == XENT_BF16) return xc_fast_out<xc_bf16>(p, block, s);
+    if (fast) return xc_fast_out<xc_f16>(p, block, s);
+    if (p->in_dtype == XENT_F32) return xc_go<xc_f32, 0, true, true>(p, block, s);
+    if (p->in_dtype == XENT_BF16) return xc_go<xc_bf16, 0, true, true>(p, block, s);
+    return xc_go<xc_f16, 0, true, true>(p, block, s);
+}
+
+int xc_launch_labels(const xc_params *p, xc_label_rec *rec, void *stream) {
+    cudaStream_t s = (cudaStream_t)stream;
+    cudaError_t e = cudaMemsetAsync(rec, 0, sizeof *rec, s);
+    if (e != cudaSuccess) return (int)e;
+    int64_t blocks = (p->T + 255) / 256;
+    if (blocks < 1) blocks = 1;
+    if (blocks > 1024) blocks = 1024;
+    xc_label_kernel<<<(int)blocks, 256, 0, s>>>(*p, rec);
+    return (int)cudaGetLastError();
+}
+
+int xc_launch_combine(const xc_params *p, void *stream) {
+    int64_t blocks = (p->T + 127) / 128;
+    if (blocks < 1) blocks = 1;
+    xc_combine_kernel<<<xc_grid(blocks), 128, 0, (cudaStream_t)stream>>>(*p);
+    return (int)cudaGetLastError();
+}
+
+int xc_launch_reduce(const xc_params *p, float *loss, int64_t *n_counted,
+                     int64_t *n_nonfinite, void *stream) {
+    xc_reduce_kernel<<<1, 1024, 0, (cudaStream_t)stream>>>(*p, loss, n_counted, n_nonfinite);
+    return (int)cudaGetLastError();
+}

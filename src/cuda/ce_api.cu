@@ -1,0 +1,393 @@
+/* src/cuda/ce_api.cu: the public xent_cuda_* entry points: argument checks
+ * (same rules and messages as the CPU), the label pass, scratch memory and
+ * the kernel launches of ce.cu. */
+#include "ce_kernels.h"
+
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" xent_status xent__fail(xent_status s, const char *fmt, ...);
+
+static thread_local int g_check_labels = 1;
+
+/* Block size of the row kernel: XENT_CUDA_BLOCK (64..1024, a multiple of
+ * 32) if set, else a function of V alone (about 31 chunks of 8 columns per
+ * thread, 128..512 threads), so that every call on the same row (xent_cuda_ce,
+ * _logprobs, _shard_stats) sums in the same order: per-row results are
+ * bitwise the same whatever T, the row's position and the entry point. */
+static int xc_block(int64_t V) {
+    const char *s = getenv("XENT_CUDA_BLOCK");
+    int v = s ? atoi(s) : 0;
+    if (v >= 64 && v <= 1024 && v % 32 == 0) return v;
+    int64_t nt = (V / 256 + 31) / 32 * 32;
+    return nt < 128 ? 128 : (nt > 512 ? 512 : (int)nt);
+}
+
+static xent_status xc_cuda(cudaError_t e, const char *what) {
+    if (e == cudaSuccess) return XENT_OK;
+    return xent__fail(XENT_ERR_CUDA, "%s: %s (%s)", what, cudaGetErrorString(e),
+                      cudaGetErrorName(e));
+}
+
+extern "C" int xent_cuda_device_count(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
+extern "C" int xent_cuda_set_label_check(int on) {
+    int old = g_check_labels;
+    g_check_labels = on != 0;
+    return old;
+}
+
+/* ------------------------------------------------------------------ */
+/* Argument checks                                                     */
+/* ------------------------------------------------------------------ */
+
+static void xc_default_opts(xent_ce_opts *o) {
+    o->ignore_index = -100;
+    o->reduction = XENT_REDUCE_MEAN;
+    o->normalizer = 0;
+    o->temperature = 1;
+    o->softcap = 0;
+    o->z_loss = 0;
+    o->label_smoothing = 0;
+    o->grad_scale = 1;
+    o->vocab_start = 0;
+    o->vocab_total = 0;
+    o->threads = 0;
+}
+
+static int xc_is_float(xent_dtype t) {
+    return t == XENT_F32 || t == XENT_BF16 || t == XENT_F16;
+}
+
+static xent_status xc_check_opts(const char *fn, const xent_ce_opts *o, int64_t V) {
+    if (!(isfinite(o->temperature) && o->temperature > 0))
+        return xent__fail(XENT_ERR_VALUE, "%s: opts.temperature = %g must be finite and > 0",
+                          fn, o->temperature);
+    if (!(isfinite(o->softcap) && o->softcap >= 0))
+        return xent__fail(XENT_ERR_VALUE, "%s: opts.softcap = %g must be finite and >= 0", fn,
+                          o->softcap);
+    if (!(o->label_smoothing >= 0 && o->label_smoothing <= 1))
+        return xent__fail(XENT_ERR_VALUE, "%s: opts.label_smoothing = %g is outside [0, 1]",
+                          fn, o->label_smoothing);
+    if (!isfinite(o->z_loss))
+        return xent__fail(XENT_ERR_VALUE, "%s: opts.z_loss = %g must be finite", fn, o->z_loss);
+    if (!isfinite(o->grad_scale))
+        return xent__fail(XENT_ERR_VALUE, "%s: opts.grad_scale = %g must be finite", fn,
+                          o->grad_scale);
+    if (!(isfinite(o->normalizer) && o->normalizer >= 0))
+        return xent__fail(XENT_ERR_VALUE, "%s: opts.normalizer = %g must be finite and >= 0",
+                          fn, o->normalizer);
+    if ((unsigned)o->reduction > XENT_REDUCE_MEAN)
+        return xent__fail(XENT_ERR_VALUE, "%s: opts.reduction = %d is not NONE, SUM or MEAN", fn,
+                          (int)o->reduction);
+    if (o->vocab_start < 0)
+        return xent__fail(XENT_ERR_VALUE, "%s: opts.vocab_start = %lld must be >= 0", fn,
+                          (long long)o->vocab_start);
+    int64_t total = o->vocab_total ? o->vocab_total : V;
+    if (o->vocab_total < 0 || o->vocab_start + V > total)
+        return xent__fail(XENT_ERR_SHAPE,
+                          "%s: opts.vocab_start + V = %lld exceeds opts.vocab_total = %lld", fn,
+                          (long long)(o->vocab_start + V), (long long)total);
+    return XENT_OK;
+}
+
+/* need_logits: the call reads in->logits (all but combine). */
+static xent_status xc_check_input(const char *fn, const xent_ce_input *in,
+                                  const xent_ce_opts *o, int need_logits) {
+    if (!in) return xent__fail(XENT_ERR_NULL, "%s: in is NULL", fn);
+    if (in->T < 0)
+        return xent__fail(XENT_ERR_SHAPE, "%s: in.T = %lld must be >= 0", fn, (long long)in->T);
+    if (in->V <= 0)
+        return xent__fail(XENT_ERR_SHAPE, "%s: in.V = %lld must be > 0", fn, (long long)in->V);
+    if (in->V >= ((int64_t)1 << 33))
+        return xent__fail(XENT_ERR_SHAPE, "%s: in.V = %lld is not below 2^33 (CUDA kernels)", fn,
+                          (long long)in->V);
+    if (need_logits) {
+        if (in->ld != 0 && in->ld < in->V)
+            return xent__fail(XENT_ERR_SHAPE, "%s: in.ld = %lld is smaller than in.V = %lld", fn,
+                              (long long)in->ld, (long long)in->V);
+        if (!xc_is_float(in->dtype))
+            return xent__fail(XENT_ERR_DTYPE, "%s: in.dtype = %d is not f32, bf16 or f16", fn,
+                              (int)in->dtype);
+        if (in->T > 0 && !in->logits)
+            return xent__fail(XENT_ERR_NULL, "%s: in.logits is NULL", fn);
+    }
+    if (in->labels && in->label_dtype != XENT_I32 && in->label_dtype != XENT_I64)
+        return xent__fail(XENT_ERR_DTYPE, "%s: in.label_dtype = %d is not i32 or i64", fn,
+                          (int)in->label_dtype);
+    return xc_check_opts(fn, o, in->V);
+}
+
+static xc_params xc_make(const xent_ce_input *in, const xent_ce_opts *o) {
+    xc_params p;
+    memset(&p, 0, sizeof p);
+    p.logits = in->logits;
+    p.T = in->T;
+    p.V = in->V;
+    p.ld = in->ld ? in->ld : in->V;
+    p.in_dtype = in->dtype;
+    p.labels = in->labels;
+    p.labels64 = in->label_dtype == XENT_I64;
+    p.ignore_index = o->ignore_index;
+    p.vocab_start = o->vocab_start;
+    p.vocab_total = o->vocab_total ? o->vocab_total : in->V;
+    p.temperature = o->temperature;
+    p.inv_tau = 1.0 / o->temperature;
+    p.inv_cap = o->softcap > 0 ? 1.0 / o->softcap : 0.0;
+    p.softcap = o->softcap;
+    p.z_loss = o->z_loss;
+    p.eps = o->label_smoothing;
+    p.grad_scale = o->grad_scale;
+    p.normalizer = o->normalizer;
+    p.reduction = o->reduction;
+    p.grad_rows = in->grad_rows;
+    p.unchecked = !g_check_labels;
+    return p;
+}
+
+/* ------------------------------------------------------------------ */
+/* Scratch: the label record and the per-row accumulators              */
+/* ------------------------------------------------------------------ */
+
+typedef struct xc_scratch {
+    xc_label_rec *rec; /* device, 16 bytes      */
+    xc_row_acc *acc;   /* device, [T] or NULL   */
+    cudaStream_t s;
+} xc_scratch;
+
+static xent_status xc_scratch_get(xc_scratch *sc, int64_t T, int want_acc, cudaStream_t s) {
+    sc->rec = NULL;
+    sc->acc = NULL;
+    sc->s = s;
+    size_t bytes = sizeof(xc_label_rec) + (want_acc ? (size_t)T * sizeof(xc_row_acc) : 0);
+    void *p = NULL;
+    cudaError_t e = cudaMallocAsync(&p, bytes, s);
+    if (e != cudaSuccess) return xc_cuda(e, "cudaMallocAsync (scratch)");
+    sc->rec = (xc_label_rec *)p;
+    if (want_acc) sc->acc = (xc_row_acc *)((char *)p + 16);
+    return XENT_OK;
+}
+
+static xent_status xc_scratch_put(xc_scratch *sc, xent_status st) {
+    if (sc->rec) {
+        cudaError_t e = cudaFreeAsync(sc->rec, sc->s);
+        if (st == XENT_OK && e != cudaSuccess) st = xc_cuda(e, "cudaFreeAsync (scratch)");
+    }
+    return st;
+}
+
+/* Runs the label pass; when checking, synchronizes and reports the first
+ * bad row (outputs untouched). */
+static xent_status xc_labels(const char *fn, const xc_params *p, xc_scratch *sc) {
+    xent_status st = xc_cuda((cudaError_t)xc_launch_labels(p, sc->rec, sc->s), "label pass");
+    if (st != XENT_OK || p->unchecked || !p->labels) return st;
+    xc_label_rec rec;
+    st = xc_cuda(cudaMemcpyAsync(&rec, sc->rec, sizeof rec, cudaMemcpyDeviceToHost, sc->s),
+                 "label record copy");
+    if (st == XENT_OK) st = xc_cuda(cudaStreamSynchronize(sc->s), "label pass (synchronize)");
+    if (st != XENT_OK || rec.neg_first_bad == 0) return st;
+    int64_t row = p->T - (int64_t)rec.neg_first_bad;
+    long long v = 0;
+    if (p->labels64) {
+        int64_t x = 0;
+        st = xc_cuda(cudaMemcpy(&x, (const int64_t *)p->labels + row, 8, cudaMemcpyDeviceToHost),
+                     "label copy");
+        v = x;
+    } else {
+        int32_t x = 0;
+        st = xc_cuda(cudaMemcpy(&x, (const int32_t *)p->labels + row, 4, cudaMemcpyDeviceToHost),
+                     "label copy");
+        v = x;
+    }
+    if (st != XENT_OK) return st;
+    return xent__fail(XENT_ERR_LABEL, "%s: labels[%lld] = %lld is outside [0, %lld)", fn,
+                      (long long)row, v, (long long)p->vocab_total);
+}
+
+static xent_status xc_zero_rows(xent_ce_output *out, const xent_ce_opts *o, cudaStream_t s) {
+    xent_status st = XENT_OK;
+    if (out->loss && o->reduction != XENT_REDUCE_NONE)
+        st = xc_cuda(cudaMemsetAsync(out->loss, 0, sizeof(float), s), "loss");
+    if (st == XENT_OK && out->n_counted)
+        st = xc_cuda(cudaMemsetAsync(out->n_counted, 0, 8, s), "n_counted");
+    if (st == XENT_OK && out->n_nonfinite)
+        st = xc_cuda(cudaMemsetAsync(out->n_nonfinite, 0, 8, s), "n_nonfinite");
+    return st;
+}
+
+/* Common tail of the forward calls: rows (or combine), then reductions. */
+static xent_status xc_forward(const char *fn, xc_params *p, xent_ce_output *out,
+                              int combine, cudaStream_t s) {
+    const int want_acc = (out->loss && p->reduction != XENT_REDUCE_NONE) ||
+                         out->n_counted || out->n_nonfinite;
+    xc_scratch sc;
+    xent_status st = xc_scratch_get(&sc, p->T, want_acc, s);
+    if (st != XENT_OK) return st;
+    st = xc_labels(fn, p, &sc);
+    if (st == XENT_OK) {
+        p->rec = sc.rec;
+        p->acc = sc.acc;
+        p->nll = out->nll;
+        p->logprob = out->logprob;
+        p->lse = out->lse;
+        p->entropy = out->entropy;
+        p->stats = out->stats;
+        p->loss_rows = p->reduction == XENT_REDUCE_NONE ? out->loss : NULL;
+        p->extra = out->entropy != NULL || p->eps != 0;
+        int e = combine ? xc_launch_combine(p, s) : xc_launch_rows(p, xc_block(p->V), s);
+        st = xc_cuda((cudaError_t)e, combine ? "combine kernel" : "row kernel");
+    }
+    if (st == XENT_OK && want_acc)
+        st = xc_cuda((cudaError_t)xc_launch_reduce(p, p->reduction == XENT_REDUCE_NONE
+                                                          ? NULL : out->loss,
+                                                   out->n_counted, out->n_nonfinite, s),
+                     "reduce kernel");
+    return xc_scratch_put(&sc, st);
+}
+
+/* ------------------------------------------------------------------ */
+/* Entry points                                                        */
+/* ------------------------------------------------------------------ */
+
+static xent_status xc_check_grad(const char *fn, const xent_ce_input *in, const void *grad,
+                                 xent_dtype gdt, int64_t ld_grad) {
+    if (!xc_is_float(gdt))
+        return xent__fail(XENT_ERR_DTYPE, "%s: grad_dtype = %d is not f32, bf16 or f16", fn,
+                          (int)gdt);
+    if (ld_grad != 0 && ld_grad < in->V)
+        return xent__fail(XENT_ERR_SHAPE, "%s: ld_grad = %lld is smaller than in.V = %lld", fn,
+                          (long long)ld_grad, (long long)in->V);
+    if (grad == in->logits) {
+        int64_t ld = in->ld ? in->ld : in->V, lg = ld_grad ? ld_grad : in->V;
+        if (gdt != in->dtype || lg != ld)
+            return xent__fail(XENT_ERR_SHAPE,
+                              "%s: in-place gradient needs grad_dtype == in.dtype and "
+                              "ld_grad == in.ld (got %s/%lld vs %s/%lld)",
+                              fn, xent_dtype_name(gdt), (long long)lg,
+                              xent_dtype_name(in->dtype), (long long)ld);
+    }
+    return XENT_OK;
+}
+
+extern "C" xent_status xent_cuda_ce(const xent_ce_input *in, const xent_ce_opts *opts,
+                                    xent_ce_output *out, void *stream) {
+    const char *fn = "xent_cuda_ce";
+    xent_ce_opts d;
+    if (!opts) { xc_default_opts(&d); opts = &d; }
+    if (!out) return xent__fail(XENT_ERR_NULL, "%s: out is NULL", fn);
+    xent_status st = xc_check_input(fn, in, opts, 1);
+    if (st == XENT_OK && out->grad)
+        st = xc_check_grad(fn, in, out->grad, out->grad_dtype, out->ld_grad);
+    if (st != XENT_OK) return st;
+    cudaStream_t s = (cudaStream_t)stream;
+    if (in->T == 0) return xc_zero_rows(out, opts, s);
+    xc_params p = xc_make(in, opts);
+    p.mode = XC_MODE_FWD;
+    p.grad = out->grad;
+    p.grad_dtype = out->grad_dtype;
+    p.ld_grad = out->ld_grad ? out->ld_grad : in->V;
+    return xc_forward(fn, &p, out, 0, s);
+}
+
+extern "C" xent_status xent_cuda_logprobs(const xent_ce_input *in, const xent_ce_opts *opts,
+                                          float *logprob, float *entropy, void *stream) {
+    xent_ce_output out;
+    memset(&out, 0, sizeof out);
+    out.logprob = logprob;
+    out.entropy = entropy;
+    const char *fn = "xent_cuda_logprobs";
+    xent_ce_opts d;
+    if (!opts) { xc_default_opts(&d); opts = &d; }
+    xent_status st = xc_check_input(fn, in, opts, 1);
+    if (st != XENT_OK || in->T == 0) return st;
+    xc_params p = xc_make(in, opts);
+    p.mode = XC_MODE_FWD;
+    return xc_forward(fn, &p, &out, 0, (cudaStream_t)stream);
+}
+
+extern "C" xent_status xent_cuda_ce_backward(const xent_ce_input *in, const xent_ce_opts *opts,
+                                             const xent_ce_stats *stats, void *grad,
+                                             xent_dtype grad_dtype, int64_t ld_grad,
+                                             void *stream) {
+    const char *fn = "xent_cuda_ce_backward";
+    xent_ce_opts d;
+    if (!opts) { xc_default_opts(&d); opts = &d; }
+    xent_status st = xc_check_input(fn, in, opts, 1);
+    if (st == XENT_OK && in->T > 0 && !stats)
+        st = xent__fail(XENT_ERR_NULL, "%s: stats is NULL", fn);
+    if (st == XENT_OK && in->T > 0 && !grad)
+        st = xent__fail(XENT_ERR_NULL, "%s: grad is NULL", fn);
+    if (st == XENT_OK) st = xc_check_grad(fn, in, grad, grad_dtype, ld_grad);
+    if (st != XENT_OK || in->T == 0) return st;
+    cudaStream_t s = (cudaStream_t)stream;
+    xc_params p = xc_make(in, opts);
+    p.mode = XC_MODE_BWD;
+    p.in_stats = stats;
+    p.grad = grad;
+    p.grad_dtype = grad_dtype;
+    p.ld_grad = ld_grad ? ld_grad : in->V;
+    xc_scratch sc;
+    st = xc_scratch_get(&sc, in->T, 0, s);
+    if (st != XENT_OK) return st;
+    st = xc_labels(fn, &p, &sc);
+    if (st == XENT_OK) {
+        p.rec = sc.rec;
+        st = xc_cuda((cudaError_t)xc_launch_rows(&p, xc_block(p.V), s), "backward kernel");
+    }
+    return xc_scratch_put(&sc, st);
+}
+
+extern "C" xent_status xent_cuda_ce_shard_stats(const xent_ce_input *in,
+                                                const xent_ce_opts *opts,
+                                                xent_ce_partial *partial, void *stream) {
+    const char *fn = "xent_cuda_ce_shard_stats";
+    xent_ce_opts d;
+    if (!opts) { xc_default_opts(&d); opts = &d; }
+    xent_status st = xc_check_input(fn, in, opts, 1);
+    if (st == XENT_OK && in->T > 0 && !partial)
+        st = xent__fail(XENT_ERR_NULL, "%s: partial is NULL", fn);
+    if (st != XENT_OK || in->T == 0) return st;
+    cudaStream_t s = (cudaStream_t)stream;
+    xc_params p = xc_make(in, opts);
+    p.mode = XC_MODE_PART;
+    p.partial = partial;
+    p.extra = 1;
+    xc_scratch sc;
+    st = xc_scratch_get(&sc, in->T, 0, s);
+    if (st != XENT_OK) return st;
+    st = xc_labels(fn, &p, &sc);
+    if (st == XENT_OK) {
+        p.rec = sc.rec;
+        st = xc_cuda((cudaError_t)xc_launch_rows(&p, xc_block(p.V), s), "shard statistics kernel");
+    }
+    return xc_scratch_put(&sc, st);
+}
+
+extern "C" xent_status xent_cuda_ce_combine(const xent_ce_partial *parts, int S,
+                                            const xent_ce_input *in, const xent_ce_opts *opts,
+                                            xent_ce_output *out, void *stream) {
+    const char *fn = "xent_cuda_ce_combine";
+    xent_ce_opts d;
+    if (!opts) { xc_default_opts(&d); opts = &d; }
+    if (!out) return xent__fail(XENT_ERR_NULL, "%s: out is NULL", fn);
+    if (S < 1) return xent__fail(XENT_ERR_SHAPE, "%s: S = %d must be >= 1", fn, S);
+    xent_status st = xc_check_input(fn, in, opts, 0);
+    if (st == XENT_OK && in->T > 0 && !parts)
+        st = xent__fail(XENT_ERR_NULL, "%s: parts is NULL", fn);
+    if (st != XENT_OK) return st;
+    cudaStream_t s = (cudaStream_t)stream;
+    if (in->T == 0) return xc_zero_rows(out, opts, s);
+    xc_params p = xc_make(in, opts);
+    p.parts = parts;
+    p.nshards = S;
+    return xc_forward(fn, &p, out, 1, s);
+}

@@ -1,0 +1,205 @@
+/* src/cuda/ce_device.h: device helpers for the cross-entropy kernels:
+ * element loads, cache-hinted 16-byte memory ops, exp in double, the
+ * transform z' = cap(z) / tau and block reductions in a fixed order. */
+#ifndef XENT_CUDA_CE_DEVICE_H
+#define XENT_CUDA_CE_DEVICE_H
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#define XC_MAX_WARPS 32
+
+/* ------------------------------------------------------------------ */
+/* Element formats: 8 elements (one chunk) per call                    */
+/* ------------------------------------------------------------------ */
+
+struct xc_bf16 {
+    typedef uint16_t raw;
+    static __device__ __forceinline__ float one(const raw *p) {
+        return __uint_as_float((uint32_t)*p << 16);
+    }
+    static __device__ __forceinline__ void unpack(const uint4 *v, float z[8]) {
+        const uint32_t w[4] = {v[0].x, v[0].y, v[0].z, v[0].w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            z[2 * i] = __uint_as_float(w[i] << 16);
+            z[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+        }
+    }
+    /* max of the 8 elements (NaN ignored, as fmaxf), on packed pairs */
+    static __device__ __forceinline__ float max8(const uint4 *v) {
+        __nv_bfloat162 a = *reinterpret_cast<const __nv_bfloat162 *>(&v[0].x);
+        __nv_bfloat162 b = *reinterpret_cast<const __nv_bfloat162 *>(&v[0].y);
+        __nv_bfloat162 c = *reinterpret_cast<const __nv_bfloat162 *>(&v[0].z);
+        __nv_bfloat162 d = *reinterpret_cast<const __nv_bfloat162 *>(&v[0].w);
+        __nv_bfloat162 m = __hmax2(__hmax2(a, b), __hmax2(c, d));
+        return fmaxf(__low2float(m), __high2float(m));
+    }
+    enum { VECS = 1 }; /* 16-byte vectors per chunk of 8 */
+};
+
+struct xc_f16 {
+    typedef uint16_t raw;
+    static __device__ __forceinline__ float one(const raw *p) {
+        return __half2float(__ushort_as_half(*p));
+    }
+    static __device__ __forceinline__ void unpack(const uint4 *v, float z[8]) {
+        const uint32_t w[4] = {v[0].x, v[0].y, v[0].z, v[0].w};
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            __half2 h = *reinterpret_cast<const __half2 *>(&w[i]);
+            float2 f = __half22float2(h);
+            z[2 * i] = f.x;
+            z[2 * i + 1] = f.y;
+        }
+    }
+    static __device__ __forceinline__ float max8(const uint4 *v) {
+        __half2 a = *reinterpret_cast<const __half2 *>(&v[0].x);
+        __half2 b = *reinterpret_cast<const __half2 *>(&v[0].y);
+        __half2 c = *reinterpret_cast<const __half2 *>(&v[0].z);
+        __half2 d = *reinterpret_cast<const __half2 *>(&v[0].w);
+        __half2 m = __hmax2(__hmax2(a, b), __hmax2(c, d));
+        return fmaxf(__low2float(m), __high2float(m));
+    }
+    enum { VECS = 1 };
+};
+
+struct xc_f32 {
+    typedef float raw;
+    static __device__ __forceinline__ float one(const raw *p) { return *p; }
+    static __device__ __forceinline__ void unpack(const uint4 *v, float z[8]) {
+        z[0] = __uint_as_float(v[0].x); z[1] = __uint_as_float(v[0].y);
+        z[2] = __uint_as_float(v[0].z); z[3] = __uint_as_float(v[0].w);
+        z[4] = __uint_as_float(v[1].x); z[5] = __uint_as_float(v[1].y);
+        z[6] = __uint_as_float(v[1].z); z[7] = __uint_as_float(v[1].w);
+    }
+    static __device__ __forceinline__ float max8(const uint4 *v) {
+        float z[8];
+        unpack(v, z);
+        return fmaxf(fmaxf(fmaxf(z[0], z[1]), fmaxf(z[2], z[3])),
+                     fmaxf(fmaxf(z[4], z[5]), fmaxf(z[6], z[7])));
+    }
+    enum { VECS = 2 };
+};
+
+/* ------------------------------------------------------------------ */
+/* 16-byte loads and stores with an L2 eviction policy                  */
+/* ------------------------------------------------------------------ */
+
+__device__ __forceinline__ uint64_t xc_policy_last(void) {
+    uint64_t p;
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
+    return p;
+}
+__device__ __forceinline__ uint64_t xc_policy_first(void) {
+    uint64_t p;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+    return p;
+}
+__device__ __forceinline__ uint4 xc_ld16(const void *ptr, uint64_t pol) {
+    uint4 v;
+    asm volatile("ld.global.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(ptr), "l"(pol));
+    return v;
+}
+__device__ __forceinline__ void xc_st16(void *ptr, uint4 v, uint64_t pol) {
+    asm volatile("st.global.L2::cache_hint.v4.u32 [%0], {%1,%2,%3,%4}, %5;"
+                 :: "l"(ptr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "l"(pol)
+                 : "memory");
+}
+
+/* 2^x, MUFU approximation (relative error about 2 ulp of fp32), subnormal
+ * results kept (no flush to zero). */
+__device__ __forceinline__ float xc_ex2(float x) {
+    float y;
+    asm("ex2.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+/* 2^x, MUFU approximation, subnormal results flushed to zero (for sums
+ * whose total is >= 1, where such terms do not count). */
+__device__ __forceinline__ float xc_ex2_ftz(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+/* ------------------------------------------------------------------ */
+/* exp in double: the same argument reduction and polynomial as the CPU */
+/* (src/xent_internal.h, xent__exp): relative error below 2^-50.        */
+/* ------------------------------------------------------------------ */
+__device__ __forceinline__ double xc_dexp(double x) {
+    const double log2e = 1.4426950408889634;
+    const double ln2_hi = 0x1.62e42fefa39efp-1;
+    const double ln2_lo = 0x1.abc9e3b39803fp-56;
+    double xc = x < -745.2 ? -745.2 : (x > 709.9 ? 709.9 : x);
+    double n = rint(xc * log2e);
+    double r = fma(-n, ln2_hi, xc);
+    r = fma(-n, ln2_lo, r);
+    double p = 1.0 / 479001600.0;
+    p = fma(p, r, 1.0 / 39916800.0);
+    p = fma(p, r, 1.0 / 3628800.0);
+    p = fma(p, r, 1.0 / 362880.0);
+    p = fma(p, r, 1.0 / 40320.0);
+    p = fma(p, r, 1.0 / 5040.0);
+    p = fma(p, r, 1.0 / 720.0);
+    p = fma(p, r, 1.0 / 120.0);
+    p = fma(p, r, 1.0 / 24.0);
+    p = fma(p, r, 1.0 / 6.0);
+    p = fma(p, r, 0.5);
+    p = fma(p, r, 1.0);
+    p = fma(p, r, 1.0);
+    long long ni = (long long)n;
+    long long n1 = ni / 2, n2 = ni - n1;
+    double s1 = __longlong_as_double((n1 + 1023) << 52);
+    double s2 = __longlong_as_double((n2 + 1023) << 52);
+    double y = p * s1 * s2;
+    y = x < -745.2 ? 0.0 : y;
+    y = x > 709.8 ? (double)INFINITY : y;
+    return x != x ? x : y;
+}
+
+/* ------------------------------------------------------------------ */
+/* Block reductions: fixed shapes, so results do not depend on timing.  */
+/* Every thread of the block must call them; all get the result.        */
+/* ------------------------------------------------------------------ */
+
+__device__ __forceinline__ float xc_block_max(float v, float *sh /* [32] */) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int nw = (blockDim.x + 31) >> 5;
+    __syncthreads(); /* sh may still be read by a previous reduction */
+    if (lane == 0) sh[warp] = v;
+    __syncthreads();
+    float r = lane < nw ? sh[lane] : -INFINITY;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) r = fmaxf(r, __shfl_xor_sync(0xFFFFFFFFu, r, o));
+    return r;
+}
+
+/* Sums four doubles over the block; the association is a fixed butterfly
+ * in each warp, then the warps' sums in a fixed butterfly. */
+__device__ __forceinline__ void xc_block_sum4(double v[4], double *sh /* [4*32] */) {
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) v[i] += __shfl_xor_sync(0xFFFFFFFFu, v[i], o);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int nw = (blockDim.x + 31) >> 5;
+    __syncthreads();
+    if (lane == 0)
+        for (int i = 0; i < 4; i++) sh[i * XC_MAX_WARPS + warp] = v[i];
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        double r = lane < nw ? sh[i * XC_MAX_WARPS + lane] : 0.0;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) r += __shfl_xor_sync(0xFFFFFFFFu, r, o);
+        v[i] = r;
+    }
+}
+
+#endif

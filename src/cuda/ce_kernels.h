@@ -1,0 +1,65 @@
+/* src/cuda/ce_kernels.h: the row kernel's parameters, shared by the kernels
+ * (ce.cu) and the host entry points (ce_api.cu). */
+#ifndef XENT_CUDA_CE_KERNELS_H
+#define XENT_CUDA_CE_KERNELS_H
+
+#include "xent.h"
+
+#include <stdint.h>
+
+enum { XC_MODE_FWD = 0, XC_MODE_PART = 1, XC_MODE_BWD = 2 };
+
+/* Per-row values kept for the fixed-order reductions (16 bytes a row). */
+typedef struct xc_row_acc {
+    double loss;   /* the row's loss (0 when ignored)                      */
+    int counted;   /* the row has a target                                 */
+    int nonfinite; /* the row saw a NaN/inf logit (or a bad label)         */
+} xc_row_acc;
+
+/* Written by the label pass: first bad row as T - row (0: none) and the
+ * number of rows with a target. */
+typedef struct xc_label_rec {
+    unsigned long long neg_first_bad;
+    unsigned long long counted;
+} xc_label_rec;
+
+typedef struct xc_params {
+    const void *logits;          /* [T, ld]                                */
+    int64_t T, V, ld;
+    int in_dtype;
+    const void *labels;          /* [T] global ids, or NULL                */
+    int labels64;
+    int64_t ignore_index, vocab_start, vocab_total;
+    double temperature, softcap, z_loss, eps, grad_scale, normalizer;
+    double inv_tau, inv_cap;     /* 1 / temperature, 1 / softcap (or 0)   */
+    int reduction;
+    const float *grad_rows;      /* [T] or NULL                            */
+    /* forward outputs, each may be NULL */
+    float *loss_rows;            /* [T] (reduction NONE)                   */
+    float *nll, *logprob, *lse, *entropy; /* [T]                           */
+    xent_ce_stats *stats;        /* [T]                                    */
+    xent_ce_partial *partial;    /* [T] (shard statistics mode)            */
+    xc_row_acc *acc;             /* [T] for the reductions, or NULL        */
+    const xc_label_rec *rec;     /* label pass result (MEAN's count)       */
+    /* gradient */
+    void *grad;                  /* [T, ld_grad] or NULL                   */
+    int64_t ld_grad;
+    int grad_dtype;
+    const xent_ce_stats *in_stats; /* [T] (backward mode)                  */
+    /* combine: parts [S][T] */
+    const xent_ce_partial *parts;
+    int nshards;
+    int mode;                    /* XC_MODE_*                              */
+    int extra;                   /* entropy or label smoothing needed      */
+    int unchecked;               /* labels were not validated              */
+    int64_t stage_bytes;         /* shared memory kept for pass 2 (launch) */
+} xc_params;
+
+/* Launchers (ce.cu). Each returns the launch's cudaError_t as an int. */
+int xc_launch_rows(const xc_params *p, int block, void *stream);
+int xc_launch_labels(const xc_params *p, xc_label_rec *rec, void *stream);
+int xc_launch_combine(const xc_params *p, void *stream);
+int xc_launch_reduce(const xc_params *p, float *loss, int64_t *n_counted,
+                     int64_t *n_nonfinite, void *stream);
+
+#endif

@@ -1,0 +1,718 @@
+/* tests/test_cuda.c: the CUDA kernels against the CPU xent_ce on the same
+ * inputs. Every test skips (and says so) when the build has no CUDA or no
+ * GPU is present.
+ *
+ * Tolerances (docs/cuda.md derives them):
+ *   - forward outputs (nll, logprob, lse, entropy, loss, stats): within
+ *     2 ulp of fp32 of the CPU result (relative, by bit patterns);
+ *   - gradients stored as bf16 / f16: within 1 ulp of their format (both
+ *     sides are faithful roundings of the same exact value);
+ *   - gradients stored as fp32 (computed in double like the CPU): 1 ulp;
+ *   - batch invariance and in-place vs separate buffer: bitwise. */
+#include "harness.h"
+#include "xent.h"
+
+#include <stdlib.h>
+
+#ifdef XENT_WITH_CUDA
+#include <cuda_runtime_api.h>
+
+/* ------------------------------------------------------------------ */
+/* Helpers                                                             */
+/* ------------------------------------------------------------------ */
+
+static int gpu_ready(void) {
+    if (xent_cuda_device_count() > 0) return 1;
+    xt_skip("no CUDA device (cudaGetDeviceCount found none): GPU tests not run");
+    return 0;
+}
+
+static void *dev_alloc(size_t n) {
+    void *p = NULL;
+    if (cudaMalloc(&p, n ? n : 1) != cudaSuccess) return NULL;
+    cudaMemset(p, 0xFF, n ? n : 1); /* NaN everywhere: unwritten shows */
+    return p;
+}
+static void *dev_copy(const void *h, size_t n) {
+    void *p = dev_alloc(n);
+    if (p && n) cudaMemcpy(p, h, n, cudaMemcpyHostToDevice);
+    return p;
+}
+static void host_copy(void *h, const void *d, size_t n) {
+    if (d && n) cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost);
+}
+
+static uint16_t to_dt16(float f, xent_dtype dt) {
+    return dt == XENT_BF16 ? xent_f32_to_bf16(f) : xent_f32_to_f16(f);
+}
+
+/* ulp distance of two 16-bit floats (bf16 or f16 bit patterns): both are
+ * sign-magnitude, so the same monotone integer map as for fp32 works. */
+static double ulp16(uint16_t a, uint16_t b, xent_dtype dt) {
+    float fa = dt == XENT_BF16 ? xent_bf16_to_f32(a) : xent_f16_to_f32(a);
+    float fb = dt == XENT_BF16 ? xent_bf16_to_f32(b) : xent_f16_to_f32(b);
+    if (isnan(fa) || isnan(fb)) return (isnan(fa) && isnan(fb)) ? 0 : 1e30;
+    int la = (a & 0x8000) ? -(int)(a & 0x7FFF) : (int)a;
+    int lb = (b & 0x8000) ? -(int)(b & 0x7FFF) : (int)b;
+    return fabs((double)(la - lb));
+}
+
+/* Logits: per row a scale and offset, and for some rows the target pushed
+ * to a margin in [-100, 80] nats over the rest (the exactness regime). */
+typedef struct {
+    xent_dtype dt, gdt; /* gdt: XENT_DTYPE_COUNT = no gradient */
+    int64_t T, V, ld;
+    int i32_labels, entropy, inplace;
+    xent_ce_opts o;
+} ccase;
+
+typedef struct {
+    void *logits;      /* [T, ld] host, dtype dt */
+    int64_t *lab64;    /* [T] */
+    int32_t *lab32;    /* [T] */
+    float *grad_rows;  /* [T] */
+} cinputs;
+
+static void fill_inputs(const ccase *c, cinputs *in) {
+    xt_rng_t *r = xt_rng();
+    size_t es = xent_dtype_size(c->dt), n = (size_t)(c->T * c->ld);
+    in->logits = malloc(n * es + 16);
+    in->lab64 = malloc((size_t)c->T * 8 + 8);
+    in->lab32 = malloc((size_t)c->T * 4 + 4);
+    in->grad_rows = malloc((size_t)c->T * 4 + 4);
+    int64_t total = c->o.vocab_total ? c->o.vocab_total : c->V;
+    for (int64_t t = 0; t < c->T; t++) {
+        double scale = 0.5 + 4.0 * xt_uniform(r), off = 20.0 * (xt_uniform(r) - 0.5);
+        int64_t lab = xt_randint(r, total);
+        if (xt_uniform(r) < 0.1) lab = c->o.ignore_index;
+        int64_t tl = lab - c->o.vocab_start;
+        double margin = -100.0 + 180.0 * xt_uniform(r);
+        int push = xt_uniform(r) < 0.3;
+        for (int64_t j = 0; j < c->ld; j++) {
+            double v = off + scale * xt_normal(r);
+            if (push && j == tl) v = off + margin;
+            float f = (float)v;
+            size_t i = (size_t)(t * c->ld + j);
+            if (c->dt == XENT_F32) ((float *)in->logits)[i] = f;
+            else ((uint16_t *)in->logits)[i] = to_dt16(f, c->dt);
+        }
+        in->lab64[t] = lab;
+        in->lab32[t] = (int32_t)lab;
+        in->grad_rows[t] = (float)(xt_uniform(r) * 2.0 - 0.5);
+    }
+}
+
+static void free_inputs(cinputs *in) {
+    free(in->logits);
+    free(in->lab64);
+    free(in->lab32);
+    free(in->grad_rows);
+}
+
+typedef struct {
+    float *loss, *nll, *logprob, *lse, *entropy;
+    xent_ce_stats *stats;
+    void *grad;
+    int64_t counted, nonfinite;
+} couts;
+
+static size_t loss_len(const ccase *c) {
+    return c->o.reduction == XENT_REDUCE_NONE ? (size_t)c->T : 1;
+}
+
+static void alloc_outs_host(const ccase *c, couts *o) {
+    size_t T = (size_t)c->T;
+    o->loss = malloc(loss_len(c) * 4 + 4);
+    o->nll = malloc(T * 4 + 4);
+    o->logprob = malloc(T * 4 + 4);
+    o->lse = malloc(T * 4 + 4);
+    o->entropy = malloc(T * 4 + 4);
+    o->stats = malloc(T * sizeof(xent_ce_stats) + 16);
+    o->grad = malloc((size_t)(c->T * c->ld) * 4 + 16);
+    xt_poison(o->grad, (size_t)(c->T * c->ld) * 4 + 16);
+}
+
+static void free_outs(couts *o) {
+    free(o->loss); free(o->nll); free(o->logprob); free(o->lse); free(o->entropy);
+    free(o->stats); free(o->grad);
+}
+
+static int has_grad(const ccase *c) { return c->gdt != XENT_DTYPE_COUNT; }
+
+/* Runs the CPU reference. */
+static xent_status run_cpu(const ccase *c, const cinputs *in, couts *o) {
+    xent_ce_input ci = {in->logits, c->dt, c->T, c->V, c->ld,
+                        c->i32_labels ? (const void *)in->lab32 : (const void *)in->lab64,
+                        c->i32_labels ? XENT_I32 : XENT_I64,
+                        c->o.reduction == XENT_REDUCE_NONE ? in->grad_rows : NULL};
+    xent_ce_output co;
+    memset(&co, 0, sizeof co);
+    co.loss = o->loss; co.nll = o->nll; co.logprob = o->logprob; co.lse = o->lse;
+    co.entropy = c->entropy ? o->entropy : NULL;
+    co.stats = o->stats;
+    co.n_counted = &o->counted;
+    co.n_nonfinite = &o->nonfinite;
+    void *logits_copy = NULL;
+    if (has_grad(c)) {
+        co.grad_dtype = c->gdt;
+        co.ld_grad = c->ld;
+        if (c->inplace) {
+            size_t n = (size_t)(c->T * c->ld) * xent_dtype_size(c->dt);
+            logits_copy = malloc(n + 16);
+            memcpy(logits_copy, in->logits, n);
+            ci.logits = logits_copy;
+            co.grad = logits_copy;
+        } else {
+            co.grad = o->grad;
+        }
+    }
+    xent_status s = xent_ce(&ci, &c->o, &co);
+    if (logits_copy) {
+        memcpy(o->grad, logits_copy, (size_t)(c->T * c->ld) * xent_dtype_size(c->dt));
+        free(logits_copy);
+    }
+    return s;
+}
+
+/* Runs the GPU on copies of the same inputs; results back in host o. */
+static xent_status run_gpu(const ccase *c, const cinputs *in, couts *o) {
+    size_t T = (size_t)c->T, n = (size_t)(c->T * c->ld);
+    size_t es = xent_dtype_size(c->dt), gs = has_grad(c) ? xent_dtype_size(c->gdt) : 4;
+    void *dl = dev_copy(in->logits, n * es);
+    void *dlab = c->i32_labels ? dev_copy(in->lab32, T * 4) : dev_copy(in->lab64, T * 8);
+    float *dgr = dev_copy(in->grad_rows, T * 4);
+    float *dloss = dev_alloc(loss_len(c) * 4), *dnll = dev_alloc(T * 4),
+          *dlp = dev_alloc(T * 4), *dlse = dev_alloc(T * 4), *dent = dev_alloc(T * 4);
+    xent_ce_stats *dst = dev_alloc(T * sizeof(xent_ce_stats));
+    int64_t *dcnt = dev_alloc(16);
+    void *dg = has_grad(c) && !c->inplace ? dev_alloc(n * gs) : NULL;
+    xent_ce_input gi = {dl, c->dt, c->T, c->V, c->ld, dlab, c->i32_labels ? XENT_I32 : XENT_I64,
+                        c->o.reduction == XENT_REDUCE_NONE ? dgr : NULL};
+    xent_ce_output go;
+    memset(&go, 0, sizeof go);
+    go.loss = dloss; go.nll = dnll; go.logprob = dlp; go.lse = dlse;
+    go.entropy = c->entropy ? dent : NULL;
+    go.stats = dst;
+    go.n_counted = dcnt;
+    go.n_nonfinite = dcnt + 1;
+    if (has_grad(c)) {
+        go.grad = c->inplace ? dl : dg;
+        go.grad_dtype = c->gdt;
+        go.ld_grad = c->ld;
+    }
+    xent_status s = xent_cuda_ce(&gi, &c->o, &go, NULL);
+    cudaError_t e = cudaDeviceSynchronize();
+    CHECK(e == cudaSuccess, "CUDA error after xent_cuda_ce: %s", cudaGetErrorString(e));
+    host_copy(o->loss, dloss, loss_len(c) * 4);
+    host_copy(o->nll, dnll, T * 4);
+    host_copy(o->logprob, dlp, T * 4);
+    host_copy(o->lse, dlse, T * 4);
+    host_copy(o->entropy, dent, T * 4);
+    host_copy(o->stats, dst, T * sizeof(xent_ce_stats));
+    int64_t cn[2] = {-1, -1};
+    host_copy(cn, dcnt, 16);
+    o->counted = cn[0];
+    o->nonfinite = cn[1];
+    if (has_grad(c)) host_copy(o->grad, c->inplace ? dl : dg, n * gs);
+    cudaFree(dl); cudaFree(dlab); cudaFree(dgr); cudaFree(dloss); cudaFree(dnll);
+    cudaFree(dlp); cudaFree(dlse); cudaFree(dent); cudaFree(dst); cudaFree(dcnt);
+    if (dg) cudaFree(dg);
+    return s;
+}
+
+static double g_worst_fwd, g_worst_grad;
+
+/* Largest |z'| of each row (|z| / tau bounds it, softcap only shrinks it):
+ * the scale of lse's absolute error. lse = z'_t + nll cancels when it is
+ * near 0, so its bound (docs/numerics.md) is absolute: 4 ulp of
+ * max(|lse|, max |z'|) for the CPU; here 2 ulp of that between the two. */
+static void row_scales(const ccase *c, const cinputs *in, double *sc /* [T] */) {
+    for (int64_t t = 0; t < c->T; t++) {
+        double m = 0;
+        for (int64_t j = 0; j < c->V; j++) {
+            size_t i = (size_t)(t * c->ld + j);
+            float f = c->dt == XENT_F32 ? ((const float *)in->logits)[i]
+                    : c->dt == XENT_BF16 ? xent_bf16_to_f32(((const uint16_t *)in->logits)[i])
+                    : xent_f16_to_f32(((const uint16_t *)in->logits)[i]);
+            if (fabs(f) > m) m = fabs(f);
+        }
+        sc[t] = m / c->o.temperature;
+    }
+}
+
+/* |a - b| <= 2 ulp(max(|b|, scale)) (NaN only matches NaN). */
+static int lse_close(double a, double b, double scale) {
+    if (isnan(a) || isnan(b)) return isnan(a) && isnan(b);
+    double m = fmax(fabs(b), scale);
+    int e;
+    frexp(m, &e);
+    return fabs(a - b) <= 2.0 * ldexp(1.0, e - 24);
+}
+
+static void cmp_f32(const char *what, const char *name, const float *a, const float *b,
+                    int64_t n, double tol) {
+    for (int64_t i = 0; i < n; i++) {
+        double d = xt_ulp_dist_f32(a[i], b[i]);
+        if (d < 1e29 && d > g_worst_fwd) g_worst_fwd = d;
+        CHECK(d <= tol, "%s: %s[%lld] gpu %.9g cpu %.9g (%.0f ulp > %.0f)", what, name,
+              (long long)i, (double)a[i], (double)b[i], d, tol);
+        CHECK_LIMIT(10);
+    }
+}
+
+static void cmp_grad(const char *what, const ccase *c, const void *g, const void *h) {
+    for (int64_t t = 0; t < c->T; t++)
+        for (int64_t j = 0; j < c->V; j++) {
+            size_t i = (size_t)(t * c->ld + j);
+            double d;
+            if (c->gdt == XENT_F32) d = xt_ulp_dist_f32(((const float *)g)[i], ((const float *)h)[i]);
+            else d = ulp16(((const uint16_t *)g)[i], ((const uint16_t *)h)[i], c->gdt);
+            if (d < 1e29 && d > g_worst_grad) g_worst_grad = d;
+            CHECK(d <= 1, "%s: grad[%lld][%lld] differs by %.0f ulp (%s)", what, (long long)t,
+                  (long long)j, d, xent_dtype_name(c->gdt));
+            CHECK_LIMIT(10);
+        }
+}
+
+/* The whole comparison of one case. */
+static void check_case(const char *what, const ccase *c) {
+    cinputs in;
+    fill_inputs(c, &in);
+    couts co, go;
+    alloc_outs_host(c, &co);
+    alloc_outs_host(c, &go);
+    xent_status sc = run_cpu(c, &in, &co);
+    xent_status sg = run_gpu(c, &in, &go);
+    CHECK(sc == XENT_OK && sg == XENT_OK, "%s: status cpu %d gpu %d (%s)", what, sc, sg,
+          xent_last_error());
+    if (sc == XENT_OK && sg == XENT_OK) {
+        cmp_f32(what, "loss", go.loss, co.loss, (int64_t)loss_len(c), 2);
+        cmp_f32(what, "nll", go.nll, co.nll, c->T, 2);
+        cmp_f32(what, "logprob", go.logprob, co.logprob, c->T, 2);
+        double *sc = malloc((size_t)c->T * sizeof(double) + 8);
+        row_scales(c, &in, sc);
+        for (int64_t t = 0; t < c->T; t++) {
+            CHECK(lse_close(go.lse[t], co.lse[t], sc[t]), "%s: lse[%lld] gpu %.9g cpu %.9g", what,
+                  (long long)t, (double)go.lse[t], (double)co.lse[t]);
+            CHECK_LIMIT(10);
+        }
+        if (c->entropy) cmp_f32(what, "entropy", go.entropy, co.entropy, c->T, 2);
+        for (int64_t t = 0; t < c->T; t++) {
+            float x = (float)go.stats[t].nll, y = (float)co.stats[t].nll;
+            CHECK(lse_close(go.stats[t].lse, co.stats[t].lse, sc[t]) && xt_ulp_dist_f32(x, y) <= 2,
+                  "%s: stats[%lld] gpu {%.17g, %.17g} cpu {%.17g, %.17g}", what, (long long)t,
+                  go.stats[t].lse, go.stats[t].nll, co.stats[t].lse, co.stats[t].nll);
+            CHECK_LIMIT(10);
+        }
+        CHECK(go.counted == co.counted && go.nonfinite == co.nonfinite,
+              "%s: counts gpu %lld/%lld cpu %lld/%lld", what, (long long)go.counted,
+              (long long)go.nonfinite, (long long)co.counted, (long long)co.nonfinite);
+        if (has_grad(c)) cmp_grad(what, c, go.grad, co.grad);
+        free(sc);
+    }
+    free_outs(&co);
+    free_outs(&go);
+    free_inputs(&in);
+}
+
+static ccase base_case(xent_dtype dt, xent_dtype gdt, int64_t T, int64_t V) {
+    ccase c;
+    memset(&c, 0, sizeof c);
+    c.dt = dt;
+    c.gdt = gdt;
+    c.T = T;
+    c.V = V;
+    c.ld = V;
+    c.entropy = 1;
+    xent_ce_opts_init(&c.o);
+    return c;
+}
+
+/* ------------------------------------------------------------------ */
+/* Tests                                                               */
+/* ------------------------------------------------------------------ */
+
+TEST(cuda_ce_dtypes_vs_cpu) {
+    if (!gpu_ready()) return;
+    const xent_dtype dts[] = {XENT_F32, XENT_BF16, XENT_F16};
+    const xent_dtype gdts[] = {XENT_DTYPE_COUNT, XENT_F32, XENT_BF16, XENT_F16};
+    const int64_t Vs[] = {1, 7, 8, 1000, 32003};
+    char what[128];
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 4; b++)
+            for (int v = 0; v < 5; v++) {
+                ccase c = base_case(dts[a], gdts[b], v == 4 ? 9 : 21, Vs[v]);
+                c.i32_labels = (a + v) & 1;
+                snprintf(what, sizeof what, "%s->%s V=%lld", xent_dtype_name(dts[a]),
+                         b ? xent_dtype_name(gdts[b]) : "none", (long long)Vs[v]);
+                check_case(what, &c);
+                CHECK_LIMIT(10);
+            }
+    printf("    worst forward %.0f ulp, worst gradient %.0f ulp\n", g_worst_fwd, g_worst_grad);
+}
+
+TEST(cuda_ce_options_vs_cpu) {
+    if (!gpu_ready()) return;
+    char what[160];
+    for (int opt = 0; opt < 6; opt++)
+        for (int a = 0; a < 2; a++) {
+            xent_dtype dt = a ? XENT_BF16 : XENT_F32;
+            xent_dtype gdt = opt % 2 ? XENT_BF16 : XENT_F32;
+            ccase c = base_case(dt, gdt, 13, 4099);
+            const char *name = "";
+            switch (opt) {
+            case 0: c.o.temperature = 0.7; name = "temperature 0.7"; break;
+            case 1: c.o.softcap = 30; name = "softcap 30"; break;
+            case 2: c.o.z_loss = 1e-4; c.o.label_smoothing = 0.1; name = "z_loss + smoothing"; break;
+            case 3: c.o.reduction = XENT_REDUCE_NONE; c.o.grad_scale = 0.5; name = "NONE + grad_rows"; break;
+            case 4: c.o.reduction = XENT_REDUCE_SUM; c.o.temperature = 2.5; c.o.softcap = 15; name = "SUM tau softcap"; break;
+            case 5: c.o.normalizer = 1000; c.o.ignore_index = 3; name = "normalizer, ignore 3"; break;
+            }
+            snprintf(what, sizeof what, "%s %s->%s", name, xent_dtype_name(dt), xent_dtype_name(gdt));
+            check_case(what, &c);
+            CHECK_LIMIT(10);
+        }
+}
+
+TEST(cuda_ce_large_vocab_vs_cpu) {
+    if (!gpu_ready()) return;
+    int64_t T = xt_sanitizer() ? 4 : 24;
+    ccase c = base_case(XENT_BF16, XENT_BF16, T, 128256);
+    check_case("bf16 V=128256", &c);
+    c = base_case(XENT_F16, XENT_F16, T, 151936);
+    c.ld = 151936 + 5; /* unaligned rows */
+    check_case("f16 V=151936 ld=V+5", &c);
+    c = base_case(XENT_BF16, XENT_BF16, T, 32000);
+    c.inplace = 1;
+    check_case("bf16 in place V=32000", &c);
+    c = base_case(XENT_F32, XENT_F32, T, 50000);
+    c.inplace = 1;
+    check_case("f32 in place V=50000", &c);
+}
+
+TEST(cuda_logprobs_vs_cpu) {
+    if (!gpu_ready()) return;
+    const int64_t T = 37, V = 5003;
+    ccase c = base_case(XENT_BF16, XENT_DTYPE_COUNT, T, V);
+    c.o.temperature = 0.9;
+    cinputs in;
+    fill_inputs(&c, &in);
+    float *lp = malloc(T * 4), *en = malloc(T * 4), *glp = malloc(T * 4), *gen = malloc(T * 4);
+    xent_ce_input ci = {in.logits, c.dt, T, V, 0, in.lab64, XENT_I64, NULL};
+    xent_status s = xent_logprobs(&ci, &c.o, lp, en);
+    CHECK(s == XENT_OK, "cpu logprobs: %s", xent_last_error());
+    void *dl = dev_copy(in.logits, (size_t)(T * V) * 2), *dlab = dev_copy(in.lab64, T * 8);
+    float *dlp = dev_alloc(T * 4), *den = dev_alloc(T * 4);
+    xent_ce_input gi = {dl, c.dt, T, V, 0, dlab, XENT_I64, NULL};
+    s = xent_cuda_logprobs(&gi, &c.o, dlp, den, NULL);
+    CHECK(s == XENT_OK, "gpu logprobs: %s", xent_last_error());
+    host_copy(glp, dlp, T * 4);
+    host_copy(gen, den, T * 4);
+    cmp_f32("logprobs", "logprob", glp, lp, T, 2);
+    cmp_f32("logprobs", "entropy", gen, en, T, 2);
+    cudaFree(dl); cudaFree(dlab); cudaFree(dlp); cudaFree(den);
+    free(lp); free(en); free(glp); free(gen);
+    free_inputs(&in);
+}
+
+/* Backward from the CPU's saved statistics, separate and in place. */
+TEST(cuda_backward_from_stats_vs_cpu) {
+    if (!gpu_ready()) return;
+    const xent_dtype gdts[] = {XENT_BF16, XENT_F16, XENT_F32};
+    for (int b = 0; b < 3; b++)
+        for (int inplace = 0; inplace < 2; inplace++) {
+            xent_dtype dt = inplace ? gdts[b] : XENT_BF16;
+            const int64_t T = 19, V = 3001;
+            ccase c = base_case(dt, gdts[b], T, V);
+            c.o.z_loss = 1e-3 * b;
+            cinputs in;
+            fill_inputs(&c, &in);
+            size_t es = xent_dtype_size(dt), gs = xent_dtype_size(gdts[b]);
+            xent_ce_stats *st = malloc(T * sizeof *st);
+            xent_ce_input ci = {in.logits, dt, T, V, 0, in.lab64, XENT_I64, NULL};
+            xent_ce_output co;
+            memset(&co, 0, sizeof co);
+            co.stats = st;
+            CHECK(xent_ce(&ci, &c.o, &co) == XENT_OK, "cpu forward: %s", xent_last_error());
+            void *hg = malloc((size_t)(T * V) * gs), *gg = malloc((size_t)(T * V) * gs);
+            CHECK(xent_ce_backward(&ci, &c.o, st, hg, gdts[b], 0) == XENT_OK, "cpu backward: %s",
+                  xent_last_error());
+            void *dl = dev_copy(in.logits, (size_t)(T * V) * es), *dlab = dev_copy(in.lab64, T * 8);
+            xent_ce_stats *dst = dev_copy(st, T * sizeof *st);
+            void *dg = inplace ? dl : dev_alloc((size_t)(T * V) * gs);
+            xent_ce_input gi = {dl, dt, T, V, 0, dlab, XENT_I64, NULL};
+            xent_status s = xent_cuda_ce_backward(&gi, &c.o, dst, dg, gdts[b], 0, NULL);
+            CHECK(s == XENT_OK, "gpu backward: %s", xent_last_error());
+            host_copy(gg, dg, (size_t)(T * V) * gs);
+            cmp_grad(inplace ? "backward in place" : "backward", &c, gg, hg);
+            cudaFree(dl); cudaFree(dlab); cudaFree(dst);
+            if (!inplace) cudaFree(dg);
+            free(st); free(hg); free(gg);
+            free_inputs(&in);
+            CHECK_LIMIT(10);
+        }
+}
+
+/* Shards: GPU partials -> GPU combine -> GPU backward per shard, against
+ * the CPU's unsharded call. */
+TEST(cuda_shards_vs_cpu) {
+    if (!gpu_ready()) return;
+    const int shard_counts[] = {1, 2, 3, 8};
+    const int64_t T = 11, V = 2053;
+    for (int si = 0; si < 4; si++) {
+        int S = shard_counts[si];
+        ccase c = base_case(XENT_BF16, XENT_BF16, T, V);
+        c.o.label_smoothing = 0.05;
+        cinputs in;
+        fill_inputs(&c, &in);
+        couts co;
+        alloc_outs_host(&c, &co);
+        CHECK(run_cpu(&c, &in, &co) == XENT_OK, "cpu: %s", xent_last_error());
+        /* uneven cut points */
+        int64_t cut[9];
+        cut[0] = 0;
+        for (int k = 1; k < S; k++) cut[k] = V * k / S + (k % 2 ? 5 : -3);
+        cut[S] = V;
+        void *dlab = dev_copy(in.lab64, T * 8);
+        xent_ce_partial *dparts = dev_alloc((size_t)S * T * sizeof(xent_ce_partial));
+        void *dfull = dev_copy(in.logits, (size_t)(T * V) * 2);
+        for (int k = 0; k < S; k++) {
+            xent_ce_opts o = c.o;
+            o.vocab_start = cut[k];
+            o.vocab_total = V;
+            xent_ce_input gi = {(uint16_t *)dfull + cut[k], c.dt, T, cut[k + 1] - cut[k], V, dlab,
+                                XENT_I64, NULL};
+            xent_status s = xent_cuda_ce_shard_stats(&gi, &o, dparts + (size_t)k * T, NULL);
+            CHECK(s == XENT_OK, "shard %d: %s", k, xent_last_error());
+        }
+        float *dnll = dev_alloc(T * 4), *dent = dev_alloc(T * 4), *dloss = dev_alloc(4);
+        xent_ce_stats *dst = dev_alloc(T * sizeof(xent_ce_stats));
+        xent_ce_opts o = c.o;
+        o.vocab_total = V;
+        xent_ce_input ci = {NULL, c.dt, T, V, 0, dlab, XENT_I64, NULL};
+        xent_ce_output go;
+        memset(&go, 0, sizeof go);
+        go.nll = dnll; go.entropy = dent; go.loss = dloss; go.stats = dst;
+        xent_status s = xent_cuda_ce_combine(dparts, S, &ci, &o, &go, NULL);
+        CHECK(s == XENT_OK, "combine: %s", xent_last_error());
+        float nll[T], ent[T], loss;
+        host_copy(nll, dnll, sizeof nll);
+        host_copy(ent, dent, sizeof ent);
+        host_copy(&loss, dloss, 4);
+        char what[64];
+        snprintf(what, sizeof what, "S=%d", S);
+        cmp_f32(what, "nll", nll, co.nll, T, 4);
+        cmp_f32(what, "entropy", ent, co.entropy, T, 4);
+        cmp_f32(what, "loss", &loss, co.loss, 1, 4);
+        /* per-shard backward from the combined stats, against the CPU's
+         * unsharded backward from the same stats (the target gradient can
+         * cancel under label smoothing, so it is compared on equal stats) */
+        uint16_t *dg = dev_alloc((size_t)(T * V) * 2), *gg = malloc((size_t)(T * V) * 2);
+        uint16_t *hg = malloc((size_t)(T * V) * 2);
+        xent_ce_stats hst[T];
+        host_copy(hst, dst, sizeof hst);
+        for (int k = 0; k < S; k++) {
+            xent_ce_opts ok = c.o;
+            ok.vocab_start = cut[k];
+            ok.vocab_total = V;
+            xent_ce_input gi = {(uint16_t *)dfull + cut[k], c.dt, T, cut[k + 1] - cut[k], V, dlab,
+                                XENT_I64, NULL};
+            s = xent_cuda_ce_backward(&gi, &ok, dst, dg + cut[k], XENT_BF16, V, NULL);
+            CHECK(s == XENT_OK, "shard backward %d: %s", k, xent_last_error());
+        }
+        host_copy(gg, dg, (size_t)(T * V) * 2);
+        xent_ce_input hi = {in.logits, c.dt, T, V, 0, in.lab64, XENT_I64, NULL};
+        CHECK(xent_ce_backward(&hi, &o, hst, hg, XENT_BF16, 0) == XENT_OK, "cpu backward: %s",
+              xent_last_error());
+        cmp_grad(what, &c, gg, hg);
+        free(hg);
+        cudaFree(dlab); cudaFree(dparts); cudaFree(dfull); cudaFree(dnll); cudaFree(dent);
+        cudaFree(dloss); cudaFree(dst); cudaFree(dg);
+        free(gg);
+        free_outs(&co);
+        free_inputs(&in);
+        CHECK_LIMIT(10);
+    }
+}
+
+/* The same row at different positions, batch sizes and alignments gives
+ * bitwise the same outputs and gradient row. */
+TEST(cuda_batch_invariance) {
+    if (!gpu_ready()) return;
+    const int64_t V = 32000, Ts[] = {1, 5, 64};
+    xt_rng_t *r = xt_rng();
+    uint16_t *row = malloc(V * 2);
+    for (int64_t j = 0; j < V; j++) row[j] = xent_f32_to_bf16((float)(3.0 * xt_normal(r)));
+    const int64_t label = 1234;
+    float ref[3] = {0, 0, 0};
+    uint16_t *gref = malloc(V * 2), *grow = malloc(V * 2);
+    int have = 0;
+    for (int ti = 0; ti < 3; ti++)
+        for (int ldx = 0; ldx < 2; ldx++) {
+            int64_t T = Ts[ti], ld = V + (ldx ? 3 : 0), pos = T / 2;
+            uint16_t *h = malloc((size_t)(T * ld) * 2);
+            int64_t *lab = malloc(T * 8);
+            for (int64_t i = 0; i < T * ld; i++)
+                h[i] = xent_f32_to_bf16((float)(3.0 * xt_normal(r)));
+            for (int64_t t = 0; t < T; t++) lab[t] = xt_randint(r, V);
+            memcpy(h + pos * ld, row, V * 2);
+            lab[pos] = label;
+            void *dl = dev_copy(h, (size_t)(T * ld) * 2), *dlab = dev_copy(lab, T * 8);
+            float *dnll = dev_alloc(T * 4), *dlse = dev_alloc(T * 4), *dent = dev_alloc(T * 4);
+            uint16_t *dg = dev_alloc((size_t)(T * ld) * 2);
+            xent_ce_input gi = {dl, XENT_BF16, T, V, ld, dlab, XENT_I64, NULL};
+            xent_ce_opts o;
+            xent_ce_opts_init(&o);
+            o.reduction = XENT_REDUCE_SUM;
+            xent_ce_output go;
+            memset(&go, 0, sizeof go);
+            go.nll = dnll; go.lse = dlse; go.entropy = dent;
+            go.grad = dg; go.grad_dtype = XENT_BF16; go.ld_grad = ld;
+            CHECK(xent_cuda_ce(&gi, &o, &go, NULL) == XENT_OK, "gpu: %s", xent_last_error());
+            float v[3];
+            host_copy(&v[0], dnll + pos, 4);
+            host_copy(&v[1], dlse + pos, 4);
+            host_copy(&v[2], dent + pos, 4);
+            host_copy(grow, dg + pos * ld, V * 2);
+            if (!have) {
+                memcpy(ref, v, sizeof v);
+                memcpy(gref, grow, V * 2);
+                have = 1;
+            } else {
+                CHECK(!memcmp(ref, v, sizeof v), "T=%lld ld=%lld: row outputs differ bitwise",
+                      (long long)T, (long long)ld);
+                CHECK(!memcmp(gref, grow, V * 2), "T=%lld ld=%lld: gradient row differs bitwise",
+                      (long long)T, (long long)ld);
+            }
+            cudaFree(dl); cudaFree(dlab); cudaFree(dnll); cudaFree(dlse); cudaFree(dent);
+            cudaFree(dg);
+            free(h);
+            free(lab);
+        }
+    free(row);
+    free(gref);
+    free(grow);
+}
+
+/* A bad label: XENT_ERR_LABEL naming row and value, nothing written.
+ * Unchecked: that row is NaN and counted as non-finite. */
+TEST(cuda_bad_labels) {
+    if (!gpu_ready()) return;
+    const int64_t T = 40, V = 1000;
+    uint16_t *h = malloc(T * V * 2);
+    int64_t lab[40];
+    xt_rng_t *r = xt_rng();
+    for (int64_t i = 0; i < T * V; i++) h[i] = xent_f32_to_bf16((float)xt_normal(r));
+    for (int t = 0; t < T; t++) lab[t] = xt_randint(r, V);
+    lab[17] = 200000;
+    lab[30] = -5;
+    void *dl = dev_copy(h, T * V * 2), *dlab = dev_copy(lab, sizeof lab);
+    float *dnll = dev_alloc(T * 4), *dloss = dev_alloc(T * 4); /* [T]: NONE below */
+    uint16_t *dg = dev_alloc(T * V * 2);
+    int64_t *dcnt = dev_alloc(16);
+    xent_ce_input gi = {dl, XENT_BF16, T, V, 0, dlab, XENT_I64, NULL};
+    xent_ce_opts o;
+    xent_ce_opts_init(&o);
+    xent_ce_output go;
+    memset(&go, 0, sizeof go);
+    go.nll = dnll; go.loss = dloss; go.grad = dg; go.grad_dtype = XENT_BF16;
+    go.n_counted = dcnt; go.n_nonfinite = dcnt + 1;
+    xent_status s = xent_cuda_ce(&gi, &o, &go, NULL);
+    CHECK(s == XENT_ERR_LABEL, "status %d, expected XENT_ERR_LABEL", s);
+    CHECK(strstr(xent_last_error(), "labels[17] = 200000") != NULL, "message: %s",
+          xent_last_error());
+    uint16_t *g = malloc(T * V * 2);
+    float nll[40];
+    host_copy(g, dg, T * V * 2);
+    host_copy(nll, dnll, sizeof nll);
+    int touched = 0;
+    for (int64_t i = 0; i < T * V; i++) touched |= g[i] != 0xFFFF;
+    for (int t = 0; t < T; t++) touched |= !isnan(nll[t]);
+    CHECK(!touched, "outputs were written on a bad label");
+    /* unchecked: asynchronous, NaN rows */
+    int old = xent_cuda_set_label_check(0);
+    o.reduction = XENT_REDUCE_NONE;
+    s = xent_cuda_ce(&gi, &o, &go, NULL);
+    xent_cuda_set_label_check(old);
+    CHECK(s == XENT_OK, "unchecked: %s", xent_last_error());
+    int64_t cnt[2];
+    host_copy(cnt, dcnt, 16);
+    host_copy(nll, dnll, sizeof nll);
+    host_copy(g, dg, T * V * 2);
+    CHECK(cnt[1] == 2, "unchecked: %lld non-finite rows, expected 2", (long long)cnt[1]);
+    CHECK(isnan(nll[17]) && isnan(nll[30]) && !isnan(nll[16]), "unchecked: NaN rows wrong");
+    CHECK(xent_bf16_to_f32(g[17 * V + 3]) != xent_bf16_to_f32(g[17 * V + 3]),
+          "unchecked: gradient of a bad row is not NaN");
+    cudaFree(dl); cudaFree(dlab); cudaFree(dnll); cudaFree(dloss); cudaFree(dg); cudaFree(dcnt);
+    free(h);
+    free(g);
+}
+
+/* NaN, +inf and -inf logits: those rows NaN and counted, others exact. */
+TEST(cuda_nonfinite_rows) {
+    if (!gpu_ready()) return;
+    ccase c = base_case(XENT_BF16, XENT_BF16, 12, 777);
+    c.o.reduction = XENT_REDUCE_NONE;
+    cinputs in;
+    fill_inputs(&c, &in);
+    uint16_t *h = in.logits;
+    h[2 * 777 + 5] = 0x7FC0;       /* NaN  */
+    h[5 * 777 + 700] = 0x7F80;     /* +inf */
+    h[7 * 777 + 0] = 0xFF80;       /* -inf */
+    h[9 * 777 + in.lab64[9] % 777] = 0xFF80; /* -inf at (maybe) the target */
+    couts co, go;
+    alloc_outs_host(&c, &co);
+    alloc_outs_host(&c, &go);
+    CHECK(run_cpu(&c, &in, &co) == XENT_OK, "cpu: %s", xent_last_error());
+    CHECK(run_gpu(&c, &in, &go) == XENT_OK, "gpu: %s", xent_last_error());
+    double sc[12];
+    row_scales(&c, &in, sc);
+    for (int t = 0; t < 12; t++)
+        CHECK(lse_close(go.lse[t], co.lse[t], isfinite(sc[t]) ? sc[t] : 0), "nonfinite: lse[%d] gpu %g cpu %g", t,
+              (double)go.lse[t], (double)co.lse[t]);
+    cmp_f32("nonfinite", "nll", go.nll, co.nll, c.T, 2);
+    cmp_f32("nonfinite", "loss", go.loss, co.loss, c.T, 2);
+    CHECK(go.nonfinite == co.nonfinite && go.nonfinite >= 3, "non-finite rows gpu %lld cpu %lld",
+          (long long)go.nonfinite, (long long)co.nonfinite);
+    cmp_grad("nonfinite", &c, go.grad, co.grad);
+    free_outs(&co);
+    free_outs(&go);
+    free_inputs(&in);
+}
+
+/* Bad arguments: the same statuses as the CPU, nothing launched. */
+TEST(cuda_bad_arguments) {
+    if (!gpu_ready()) return;
+    xent_ce_opts o;
+    xent_ce_opts_init(&o);
+    float x = 0;
+    xent_ce_input in = {&x, XENT_BF16, 1, 0, 0, NULL, XENT_I64, NULL};
+    xent_ce_output out;
+    memset(&out, 0, sizeof out);
+    CHECK(xent_cuda_ce(&in, &o, &out, NULL) == XENT_ERR_SHAPE, "V = 0");
+    in.V = 4;
+    in.dtype = XENT_I32;
+    CHECK(xent_cuda_ce(&in, &o, &out, NULL) == XENT_ERR_DTYPE, "dtype i32");
+    in.dtype = XENT_BF16;
+    o.temperature = 0;
+    CHECK(xent_cuda_ce(&in, &o, &out, NULL) == XENT_ERR_VALUE, "temperature 0");
+    o.temperature = 1;
+    in.T = 0;
+    CHECK(xent_cuda_ce(&in, &o, &out, NULL) == XENT_OK, "T = 0 is a no-op");
+    CHECK(xent_cuda_ce(NULL, &o, &out, NULL) == XENT_ERR_NULL, "NULL input");
+}
+
+#else /* no CUDA in this build */
+
+TEST(cuda_not_built) {
+    xent_ce_opts o;
+    xent_ce_opts_init(&o);
+    xent_ce_input in;
+    memset(&in, 0, sizeof in);
+    xent_ce_output out;
+    memset(&out, 0, sizeof out);
+    CHECK(xent_cuda_ce(&in, &o, &out, NULL) == XENT_ERR_UNSUPPORTED, "stub must say unsupported");
+    xt_skip("built without nvcc: the CUDA kernels are not in this build");
+}
+
+#endif
