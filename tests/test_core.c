@@ -1,0 +1,52 @@
+/* tests/test_core.c: dtype conversions and status strings. */
+#include "harness.h"
+#include "xent.h"
+
+#include <float.h>
+
+/* nearest-even reference through exact double arithmetic */
+static double round_ref(double d, int mant, int emin, double maxv) {
+    if (d != d || d == 0 || isinf(d)) return d;
+    int e;
+    frexp(d, &e);
+    int ex = e - 1 < emin ? emin : e - 1;
+    double q = ldexp(1.0, ex - mant);
+    double r = nearbyint(d / q) * q;
+    return fabs(r) > maxv ? copysign(INFINITY, d) : r;
+}
+
+TEST(core_f16_bf16_conversions) {
+    const float special[] = {0.0f, -0.0f, 1.0f, -1.0f, 65504.0f, 65519.99f, 65520.0f, 1e-8f, 2.98e-8f,
+                             5.96e-8f, 6.1e-5f, 6.09e-5f, FLT_MIN, FLT_MAX, INFINITY, -INFINITY, 3.0e38f};
+    int n = (int)(sizeof special / sizeof special[0]);
+    for (int i = 0; i < 200000 + n; i++) {
+        float f;
+        if (i < n) f = special[i];
+        else {
+            uint32_t u = (uint32_t)xt_next(xt_rng());
+            memcpy(&f, &u, 4);
+            if (isnan(f)) continue;
+        }
+        float h = xent_f16_to_f32(xent_f32_to_f16(f));
+        double want = round_ref(f, 10, -14, 65504.0);
+        CHECK(h == want || (h == 0 && want == 0 && signbit(h) == signbit(f)), "f16(%a) = %a, want %a", f, h, want);
+        float b = xent_bf16_to_f32(xent_f32_to_bf16(f));
+        double wb = round_ref(f, 7, -126, 0x1.FEp127);
+        CHECK(b == wb || (b == 0 && wb == 0), "bf16(%a) = %a, want %a", f, b, wb);
+        CHECK(xent_f32_to_f16(f) == xent_f64_to_f16((double)f), "f32 and f64 paths differ at %a", f);
+        CHECK_LIMIT(10);
+    }
+    CHECK(isnan(xent_f16_to_f32(xent_f32_to_f16(NAN))) && isnan(xent_bf16_to_f32(xent_f32_to_bf16(NAN))), "NaN lost");
+}
+
+TEST(core_dtype_names_and_status) {
+    xent_dtype t;
+    CHECK(xent_dtype_parse("bfloat16", &t) == XENT_OK && t == XENT_BF16, "bfloat16");
+    CHECK(xent_dtype_parse("fp16", &t) == XENT_OK && t == XENT_F16, "fp16");
+    CHECK(xent_dtype_parse("float8", &t) == XENT_ERR_VALUE && strstr(xent_last_error(), "float8"), "bad dtype: %s",
+          xent_last_error());
+    for (int s = 0; s < XENT_STATUS_COUNT; s++)
+        CHECK(xent_strerror((xent_status)s) && strcmp(xent_strerror((xent_status)s), "unknown status"), "status %d", s);
+    CHECK(xent_dtype_size(XENT_BF16) == 2 && xent_dtype_size(XENT_I64) == 8 && xent_dtype_size(XENT_DTYPE_COUNT) == 0,
+          "sizes");
+}
