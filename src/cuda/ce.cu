@@ -1,29 +1,34 @@
 /* src/cuda/ce.cu: cross-entropy kernels on CUDA.
  *
- * One thread block per row (rows loop by gridDim.x). A row is cut in chunks
- * of 8 columns; chunk c belongs to thread c % blockDim.x, and each thread
- * visits its chunks in ascending order, so the arithmetic of a row depends
- * only on the row and the block size, never on T, on the row's position or
- * on the row's alignment (unaligned rows load element by element in the
- * same order).
+ * One thread block per row (rows loop by gridDim.x); the block size is a
+ * function of V (ce_api.cu). A row is cut in chunks of 8 columns; chunk c
+ * belongs to thread c % blockDim.x, and each thread visits its chunks in
+ * ascending order, so the arithmetic of a row depends only on the row and
+ * the block size, never on T, on the row's position or on the row's
+ * alignment (unaligned rows load element by element in the same order).
  *
  * Pass 1 (one read of the row) keeps, per thread, a running raw maximum m
- * over non-target columns and the sums S = sum exp(z'_j - m'), SX = sum
- * exp(z'_j - m') (z'_j - m') and ZS = sum z'_j, rescaled in double when m
- * grows. The block combines them exactly as xent_ce_combine combines shards
- * (max, then each part scaled by exp(m'_t - M') in double). The row's
- * statistics are finished in double by one thread (xc_finish, the same code
- * as the shard combine), and pass 2 (a second read, mostly from L2, in
- * reverse order) writes the gradient.
+ * over non-target columns (warp-uniform: taken over the warp each round of
+ * 4 chunks per lane, so the rare rescale never diverges), the count of
+ * columns equal to m (terms exactly 1, kept apart so that S - 1 has full
+ * relative accuracy) and the sums S - 1 = sum exp(z'_j - m') over the
+ * others, SX = sum exp(z'_j - m') (z'_j - m') and ZS = sum z'_j, rescaled in
+ * double when m grows. The block combines them exactly as xent_ce_combine
+ * combines shards (max, then each part scaled by exp(m'_t - M') in double).
+ * The row's statistics are finished in double by one thread (xc_finish: the
+ * CPU's combine formulas), and pass 2 (a second read, in reverse order, from
+ * shared memory for the first chunks kept there, else mostly from L2)
+ * writes the gradient.
  *
  * Two arithmetic paths (docs/cuda.md has the error analysis):
  *  - fast: bf16/f16 logits, no softcap, gradient bf16/f16 or none. Terms are
- *    2^((z - m) * log2e / tau) with the MUFU exp2 (about 2 ulp), summed in 8
- *    fp32 lanes per thread and flushed to double at each new maximum; the
- *    gradient is 2^((z - R) log2e / tau - b) with the per-row constants
- *    folded into b, then rounded once to bf16/f16.
+ *    2^((z - m) log2e / tau) with the MUFU exp2 and the product's rounding
+ *    error carried to first order, summed in 4 fp32 lanes per thread and
+ *    flushed to double at each new maximum; the gradient is
+ *    +-2^((z - R) log2e / tau - b) with the row's scale folded into b, then
+ *    rounded once to bf16/f16; the target's gradient is formed in double.
  *  - precise: everything else (fp32 logits, softcap, fp32 gradient): per
- *    element in double with the CPU's exp, rounded once at the store.
+ *    element in double with the CPU's exp and tanh forms, rounded once.
  */
 #include "ce_device.h"
 #include "ce_kernels.h"
@@ -186,12 +191,6 @@ __device__ __forceinline__ double xc_row_scale(const xc_params &k, int64_t r) {
 /* Stores                                                              */
 /* ------------------------------------------------------------------ */
 
-__device__ __forceinline__ uint16_t xc_bits_bf16(float f) {
-    return __bfloat16_as_ushort(__float2bfloat16_rn(f));
-}
-__device__ __forceinline__ uint16_t xc_bits_f16(float f) {
-    return __half_as_ushort(__float2half_rn(f));
-}
 /* double -> storage bits, rounded once. */
 __device__ __forceinline__ uint32_t xc_bits_of(double v, int dt) {
     if (dt == XENT_BF16) return __bfloat16_as_ushort(__double2bfloat16(v));
@@ -460,8 +459,7 @@ __device__ __forceinline__ void xc_pass1(const xc_params &k, xc_acc &a,
 
 struct xc_gconst {
     int kind;       /* 0 compute, 1 zeros, 2 NaN                            */
-    int fold;       /* fast path: value = sgn * 2^y (no label smoothing)    */
-    float R, c2, b, sgn, A, B;  /* fast path constants                      */
+    float R, c2, b, A, B;  /* fast path: g_j = A 2^((z_j - R) c2 - b) + B   */
     double g, lse, A1, E;       /* precise: g * c_j * (A1 p_j - E)          */
     int64_t tl;     /* target column or -1                                  */
     uint32_t tbits; /* target gradient, rounded to the output dtype         */
@@ -471,9 +469,7 @@ __device__ void xc_grad_consts(const xc_params &k, const xc_row &w, double lse,
                                double nll, int nonfinite, float zt_raw,
                                bool fast, xc_gconst &gc) {
     gc.tl = w.tl;
-    gc.fold = 0;
     gc.R = gc.c2 = gc.b = gc.A = gc.B = 0.f;
-    gc.sgn = 1.f;
     gc.g = w.counted ? xc_row_scale(k, w.r) : 0.0;
     /* ignored rows and a zero upstream gradient: zeros (as the CPU) */
     gc.kind = gc.g == 0 ? 1 : (nonfinite ? 2 : 0);
@@ -497,10 +493,9 @@ __device__ void xc_grad_consts(const xc_params &k, const xc_row &w, double lse,
         double A = gc.g * k.inv_tau * gc.A1;
         gc.R = R;
         gc.c2 = (float)(XC_LOG2E / k.temperature);
-        if (k.eps == 0) {
-            gc.fold = 1;
-            gc.sgn = A < 0 ? -1.f : 1.f;
-            gc.A = gc.sgn;
+        if (k.eps == 0) { /* fold |A| into the exponent: no underflow before
+                             the final rounding */
+            gc.A = A < 0 ? -1.f : 1.f;
             gc.B = 0.f;
             gc.b = (float)(b0 - log2(fabs(A)));
             if (A == 0) gc.kind = 1;
@@ -530,7 +525,7 @@ __device__ __forceinline__ uint4 xc_fast_grad8(const xc_gconst &gc, const float 
     for (int i = 0; i < 8; i++) {
         float y = fmaf(z[i] - gc.R, gc.c2, -gc.b);
         float p = xc_ex2(y);
-        g[i] = fmaf(p, gc.A, gc.B); /* folded: A = +-1, B = 0 */
+        g[i] = fmaf(p, gc.A, gc.B); /* folded: A = +-1, B = 0 (exact) */
     }
     uint4 w;
     w.x = xc_pack2<OUT>(g[0], g[1]);
@@ -553,6 +548,8 @@ __device__ __forceinline__ uint32_t xc_const_bits(int kind, int dt) {
     return dt == XENT_F32 ? 0x7FC00000u : (dt == XENT_BF16 ? 0x7FC0u : 0x7E00u);
 }
 
+/* Pass 2 for this thread, chunks in reverse order (the most recently read
+ * ones first: they are likeliest still in L2). */
 /* Pass 2 for this thread, chunks in reverse order (the most recently read
  * ones first: they are likeliest still in L2). */
 template <class In, int OUT, bool PRECISE>
