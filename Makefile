@@ -93,9 +93,13 @@ test: setup
 	@$(MAKE) --no-print-directory all
 	@sh tests/run_all.sh
 
+# The main job: the dead-zone table, then the layer-by-layer audit of the
+# default model (fetched on first use) with the default precision variants.
 demo: setup
 	@$(MAKE) --no-print-directory all
 	$(BUILD)/xent sweep
+	@$(MAKE) --no-print-directory model
+	$(BUILD)/xent audit $(DEMO_ARGS)
 
 bench: all
 	@sh bench/run_cpu.sh

@@ -1,0 +1,608 @@
+/* src/model/core_impl.h: the model's forward and backward pass, written once
+ * for a real type R and included by core_f32.c (R = float, with the
+ * precision policy's rounding at every storage point) and core_f64.c
+ * (R = double, no rounding: the reference and the gradient check).
+ * Before including, define R, GEMM (cblas_sgemm / cblas_dgemm) and
+ * ROUNDING (1: apply the policy, 0: none).
+ *
+ * Notation: T = B*S tokens, D = dim, H = hidden, qd = n_heads*head_dim,
+ * kvd = n_kv_heads*head_dim, V = vocab. Linear layers follow HF: y = x W^T
+ * with W [out, in]. */
+#include "model/model_internal.h"
+
+#include <cblas.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Per-layer saved activations (all [T, .] row-major). */
+typedef struct {
+    R *xn1;   /* [T, D]   attention RMSNorm output                         */
+    R *rms1;  /* [T]      1/rms of the layer input                         */
+    R *q;     /* [T, qd]  queries after RoPE                               */
+    R *k;     /* [T, kvd] keys after RoPE                                  */
+    R *v;     /* [T, kvd] values                                           */
+    R *att;   /* [B, nh, S, S] softmax probabilities (0 above diagonal)    */
+    R *ao;    /* [T, qd]  attention output before o_proj                   */
+    R *h1;    /* [T, D]   residual after attention                         */
+    R *xn2;   /* [T, D]   MLP RMSNorm output                               */
+    R *rms2;  /* [T]                                                        */
+    R *gt;    /* [T, H]   gate projection                                  */
+    R *up;    /* [T, H]   up projection                                    */
+    R *act;   /* [T, H]   silu(gate) * up                                  */
+} xm_layer;
+
+typedef struct {
+    const xent_model_config *c;
+    int64_t B, S, T;
+    xent_dtype dt_comp, dt_res, dt_norm, dt_att, dt_head, dt_logits;
+    const R *const *w;   /* [n_params] weights (compute-dtype values)      */
+    const R *w_head;     /* [V, D] head weight (lm_head-dtype values)      */
+    R **g;               /* [n_params] gradient outputs, or NULL           */
+    const int32_t *tok;  /* [T]                                            */
+    const int32_t *lab;  /* [T] targets, -100 = ignored                    */
+    const double *rw;    /* [T] dL/d(nll_t) weights (times loss scale)     */
+    R **x;               /* [L+1] -> [T, D]: x[0] embeddings, x[l+1] the
+                            output of layer l                              */
+    xm_layer *ly;        /* [L]                                            */
+    R *xnf, *rmsf;       /* [T, D], [T] final norm output, 1/rms           */
+    R *logits;           /* [T, V]                                         */
+    R *dlogits;          /* [T, V]; may equal logits                       */
+    R *dx, *dxb;         /* [T, D] residual gradient, scratch              */
+    R *dq, *dk, *dv;     /* [T, qd], [T, kvd], [T, kvd]                    */
+    R *dao;              /* [T, qd]                                        */
+    R *dh, *dh2;         /* [T, H] x2                                      */
+    R *dxn;              /* [T, D]                                         */
+    R *datt;             /* [B, nh, S, S] attention-gradient scratch       */
+    R *scr;              /* [T, max(D, H, qd)] rounding scratch            */
+    R **rec_dx;          /* [L] -> [T, D] recorded input grads, or NULL    */
+    R *rec_dx0;          /* [T, D] embeddings-output grad, or NULL         */
+    const float *rcos, *rsin; /* [S, hd/2]                                 */
+    float *logprob;      /* [T] out                                        */
+    xent_ce_form form;   /* loss kernel (fp32 driver)                      */
+    int threads;         /* for xent_ce                                    */
+    int nthr;            /* resolved worker threads for the row loops      */
+    double loss;         /* out: sum_t rw_t-weighted... see loss_step      */
+} xm_ctx;
+
+/* ---- rounding ----------------------------------------------------------- */
+
+#if ROUNDING
+static inline float rnd_bf16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    uint32_t r = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+    r = ((u & 0x7FFFFFFFu) > 0x7F800000u) ? (u | 0x00400000u) & 0xFFFF0000u
+                                          : r;
+    float y;
+    memcpy(&y, &r, 4);
+    return y;
+}
+static void rnd(R *p, int64_t n, xent_dtype t) {
+    if (t == XENT_BF16) {
+        for (int64_t i = 0; i < n; i++) p[i] = rnd_bf16(p[i]);
+    } else if (t == XENT_F16) {
+        for (int64_t i = 0; i < n; i++) p[i] = xent_round_to(p[i], XENT_F16);
+    }
+}
+static inline R rnd1(R x, xent_dtype t) {
+    if (t == XENT_BF16) return rnd_bf16(x);
+    if (t == XENT_F16) return xent_round_to(x, XENT_F16);
+    return x;
+}
+/* src rounded to the compute dtype (a scratch copy unless F32). */
+static const R *as_comp(xm_ctx *c, const R *src, int64_t n) {
+    if (c->dt_comp == XENT_F32) return src;
+    memcpy(c->scr, src, (size_t)n * sizeof(R));
+    rnd(c->scr, n, c->dt_comp);
+    return c->scr;
+}
+#else
+static void rnd(R *p, int64_t n, xent_dtype t) { (void)p, (void)n, (void)t; }
+static inline R rnd1(R x, xent_dtype t) { (void)t; return x; }
+static const R *as_comp(xm_ctx *c, const R *src, int64_t n) {
+    (void)c, (void)n;
+    return src;
+}
+#endif
+
+/* ---- matrix products (row-major) ---------------------------------------- */
+
+/* C[M,N] = alpha * A[M,K] B[N,K]^T + beta * C */
+static void mm_nt(int64_t M, int64_t N, int64_t K, R alpha, const R *A,
+                  int64_t lda, const R *B, int64_t ldb, R beta, R *C,
+                  int64_t ldc) {
+    GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K,
+         alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+}
+/* C[M,N] = alpha * A[M,K] B[K,N] + beta * C */
+static void mm_nn(int64_t M, int64_t N, int64_t K, R alpha, const R *A,
+                  int64_t lda, const R *B, int64_t ldb, R beta, R *C,
+                  int64_t ldc) {
+    GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)N, (int)K,
+         alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+}
+/* C[M,N] = alpha * A[K,M]^T B[K,N] + beta * C */
+static void mm_tn(int64_t M, int64_t N, int64_t K, R alpha, const R *A,
+                  int64_t lda, const R *B, int64_t ldb, R beta, R *C,
+                  int64_t ldc) {
+    GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)M, (int)N, (int)K,
+         alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+}
+
+/* y[T, out] = x[T, in] W[out, in]^T (+ bias), rounded to the compute dtype.
+ * x must already hold compute-dtype values. */
+static void linear_fwd(xm_ctx *c, const R *x, int64_t in, const R *W,
+                       const R *bias, int64_t out, R *y) {
+    mm_nt(c->T, out, in, 1, x, in, W, in, 0, y, out);
+    if (bias)
+        for (int64_t t = 0; t < c->T; t++)
+            for (int64_t o = 0; o < out; o++) y[t * out + o] += bias[o];
+    rnd(y, c->T * out, c->dt_comp);
+}
+
+/* Gradients of a linear layer given dy [T, out] and its input x [T, in]:
+ * dW[out, in] = dy^T x; dbias = sum_t dy; dx[T, in] (+)= dy W (beta).
+ * Each stored value is rounded to the compute dtype. */
+static void linear_bwd(xm_ctx *c, const R *dy, int64_t out, const R *x,
+                       int64_t in, const R *W, R *dW, R *db, R *dx, R beta) {
+    if (dW) {
+        const R *xc = as_comp(c, x, c->T * in);
+        mm_tn(out, in, c->T, 1, dy, out, xc, in, 0, dW, in);
+        rnd(dW, out * in, c->dt_comp);
+    }
+    if (db) { /* summed in double over the tokens */
+        for (int64_t o = 0; o < out; o++) {
+            double acc = 0;
+            for (int64_t t = 0; t < c->T; t++) acc += dy[t * out + o];
+            db[o] = (R)acc;
+        }
+        rnd(db, out, c->dt_comp);
+    }
+    if (dx) {
+        mm_nn(c->T, in, out, 1, dy, out, W, in, beta, dx, in);
+        rnd(dx, c->T * in, c->dt_comp);
+    }
+}
+
+/* ---- RMSNorm ------------------------------------------------------------ */
+
+/* Jobs for the row-parallel loops (xent__parallel_for over rows). */
+typedef struct {
+    xm_ctx *c;
+    xm_layer *L;
+    const R *x, *w, *rinv, *dy;
+    R *y, *r, *dx, *dw, *q;
+    int64_t nh;
+    int sign, acc;
+} pjob;
+
+/* Starting threads costs ~20 us: small runs (under 64K activations per
+ * layer buffer) stay on the calling thread. */
+static void pfor(xm_ctx *c, int64_t n, xent__range_fn fn, pjob *j) {
+    int small = c->T * c->c->dim < ((int64_t)1 << 16);
+    xent__parallel_for(n, small ? 1 : c->nthr, fn, j);
+}
+
+/* y = round(w * round(x * r, norm), norm), r = 1/sqrt(mean(x^2) + eps) (HF:
+ * normalise in fp32, cast, multiply by the weight). Rows [t0, t1). */
+static void rmsnorm_rows(void *vj, int64_t t0, int64_t t1) {
+    pjob *j = vj;
+    xm_ctx *c = j->c;
+    int64_t D = c->c->dim;
+    for (int64_t t = t0; t < t1; t++) {
+        const R *xr = j->x + t * D;
+        double ss = 0;
+        for (int64_t i = 0; i < D; i++) ss += (double)xr[i] * xr[i];
+        R r = (R)(1.0 / sqrt(ss / (double)D + c->c->norm_eps));
+        j->r[t] = r;
+        R *yr = j->y + t * D;
+        for (int64_t i = 0; i < D; i++)
+            yr[i] = rnd1(j->w[i] * rnd1(xr[i] * r, c->dt_norm), c->dt_norm);
+    }
+}
+
+static void rmsnorm_fwd(xm_ctx *c, const R *x, const R *w, R *y, R *rinv) {
+    pjob j = {.c = c, .x = x, .w = w, .y = y, .r = rinv};
+    pfor(c, c->T, rmsnorm_rows, &j);
+}
+
+/* dx (+)= r*(w*dy) - x * r^3/D * sum_i(w_i dy_i x_i), rows [t0, t1). */
+static void rmsnorm_bwd_rows(void *vj, int64_t t0, int64_t t1) {
+    pjob *j = vj;
+    xm_ctx *c = j->c;
+    int64_t D = c->c->dim;
+    for (int64_t t = t0; t < t1; t++) {
+        const R *xr = j->x + t * D, *dyr = j->dy + t * D;
+        R r = j->rinv[t];
+        double s = 0;
+        for (int64_t i = 0; i < D; i++) s += (double)j->w[i] * dyr[i] * xr[i];
+        R k = (R)(s * (double)r * r * r / (double)D);
+        R *dxr = j->dx + t * D;
+        for (int64_t i = 0; i < D; i++) {
+            R v = r * (j->w[i] * dyr[i]) - xr[i] * k;
+            dxr[i] = rnd1(j->acc ? dxr[i] + v : v, c->dt_comp);
+        }
+    }
+}
+
+/* dw[i] = sum_t dy[t,i] x[t,i] r[t], columns [i0, i1), t in order, summed
+ * in double (a float running sum over T tokens loses ~T u relative). */
+static void rmsnorm_dw_cols(void *vj, int64_t i0, int64_t i1) {
+    pjob *j = vj;
+    int64_t D = j->c->c->dim;
+    for (int64_t i = i0; i < i1; i++) {
+        double acc = 0;
+        for (int64_t t = 0; t < j->c->T; t++)
+            acc += (double)(j->dy[t * D + i] * j->x[t * D + i] * j->rinv[t]);
+        j->dw[i] = (R)acc;
+    }
+}
+
+/* dx is added to when acc (the residual connection), then rounded. */
+static void rmsnorm_bwd(xm_ctx *c, const R *x, const R *w, const R *rinv,
+                        const R *dy, R *dx, R *dw, int acc) {
+    pjob j = {.c = c, .x = x, .w = w, .rinv = rinv, .dy = dy, .dx = dx,
+              .dw = dw, .acc = acc};
+    pfor(c, c->T, rmsnorm_bwd_rows, &j);
+    if (dw) {
+        pfor(c, c->c->dim, rmsnorm_dw_cols, &j);
+        rnd(dw, c->c->dim, c->dt_comp);
+    }
+}
+
+/* ---- RoPE (HF rotate_half: pairs (i, i + hd/2)) ------------------------- */
+
+static void rope_rows(void *vj, int64_t t0, int64_t t1) {
+    pjob *j = vj;
+    xm_ctx *c = j->c;
+    int64_t hd = c->c->head_dim, half = hd / 2, w = j->nh * hd;
+    for (int64_t t = t0; t < t1; t++) {
+        int64_t s = t % c->S;
+        const float *cs = c->rcos + s * half, *sn = c->rsin + s * half;
+        for (int64_t h = 0; h < j->nh; h++) {
+            R *p = j->q + t * w + h * hd;
+            for (int64_t i = 0; i < half; i++) {
+                R a = p[i], b = p[i + half], co = cs[i], si = j->sign * sn[i];
+                p[i] = rnd1(a * co - b * si, c->dt_comp);
+                p[i + half] = rnd1(b * co + a * si, c->dt_comp);
+            }
+        }
+    }
+}
+
+static void rope(xm_ctx *c, R *q, int64_t nh, int sign) {
+    pjob j = {.c = c, .q = q, .nh = nh, .sign = sign};
+    pfor(c, c->T, rope_rows, &j);
+}
+
+/* ---- attention ---------------------------------------------------------- */
+
+/* Causal softmax of score rows [r0, r1) of [B*nh*S, S] in place; row r
+ * is query position r % S. exp in double (xent__exp, vectorizable). */
+static void softmax_rows(void *vj, int64_t r0, int64_t r1) {
+    pjob *j = vj;
+    xm_ctx *c = j->c;
+    int64_t S = c->S;
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i = r % S;
+        R *p = j->y + r * S;
+        R mx = -INFINITY;
+        for (int64_t k = 0; k <= i; k++) {
+            p[k] = rnd1(p[k], c->dt_att);
+            mx = p[k] > mx ? p[k] : mx;
+        }
+        double sum = 0;
+        for (int64_t k = 0; k <= i; k++) {
+            double e = xent__exp((double)p[k] - (double)mx);
+            p[k] = (R)e;
+            sum += e;
+        }
+        double inv = 1.0 / sum;
+        for (int64_t k = 0; k <= i; k++) p[k] = rnd1((R)(p[k] * inv), c->dt_att);
+        for (int64_t k = i + 1; k < S; k++) p[k] = 0;
+    }
+}
+
+static void attention_fwd(xm_ctx *c, xm_layer *L) {
+    const xent_model_config *m = c->c;
+    int64_t S = c->S, hd = m->head_dim, nh = m->n_heads,
+            grp = m->n_heads / m->n_kv_heads, qd = nh * hd,
+            kvd = m->n_kv_heads * hd;
+    R scale = (R)(1.0 / sqrt((double)hd));
+    for (int64_t b = 0; b < c->B; b++)
+        for (int64_t h = 0; h < nh; h++)
+            mm_nt(S, S, hd, scale, L->q + b * S * qd + h * hd, qd,
+                  L->k + b * S * kvd + (h / grp) * hd, kvd, 0,
+                  L->att + (b * nh + h) * S * S, S);
+    pjob j = {.c = c, .y = L->att};
+    pfor(c, c->B * nh * S, softmax_rows, &j);
+    for (int64_t b = 0; b < c->B; b++)
+        for (int64_t h = 0; h < nh; h++)
+            mm_nn(S, hd, S, 1, L->att + (b * nh + h) * S * S, S,
+                  L->v + b * S * kvd + (h / grp) * hd, kvd, 0,
+                  L->ao + b * S * qd + h * hd, qd);
+    rnd(L->ao, c->T * qd, c->dt_comp);
+}
+
+/* dS = P * (dP - rowsum(P * dP)) on rows [r0, r1) of [B*nh*S, S]. */
+static void dsoftmax_rows(void *vj, int64_t r0, int64_t r1) {
+    pjob *j = vj;
+    xm_ctx *c = j->c;
+    int64_t S = c->S;
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t i = r % S;
+        const R *p = j->x + r * S;
+        R *d = j->y + r * S;
+        double s = 0;
+        for (int64_t k = 0; k <= i; k++) s += (double)p[k] * d[k];
+        for (int64_t k = 0; k <= i; k++)
+            d[k] = rnd1(p[k] * (R)(d[k] - s), c->dt_att);
+        for (int64_t k = i + 1; k < S; k++) d[k] = 0;
+    }
+}
+
+/* From dao [T, qd]: dq [T, qd], dk, dv [T, kvd] (the caller undoes RoPE). */
+static void attention_bwd(xm_ctx *c, xm_layer *L) {
+    const xent_model_config *m = c->c;
+    int64_t S = c->S, hd = m->head_dim, nh = m->n_heads,
+            grp = m->n_heads / m->n_kv_heads, qd = nh * hd,
+            kvd = m->n_kv_heads * hd;
+    R scale = (R)(1.0 / sqrt((double)hd));
+    memset(c->dk, 0, (size_t)(c->T * kvd) * sizeof(R));
+    memset(c->dv, 0, (size_t)(c->T * kvd) * sizeof(R));
+    for (int64_t b = 0; b < c->B; b++)
+        for (int64_t h = 0; h < nh; h++) {
+            const R *P = L->att + (b * nh + h) * S * S;
+            const R *dO = c->dao + b * S * qd + h * hd;
+            int64_t kv = b * S * kvd + (h / grp) * hd;
+            mm_nt(S, S, hd, 1, dO, qd, L->v + kv, kvd, 0,
+                  c->datt + (b * nh + h) * S * S, S);
+            mm_tn(S, hd, S, 1, P, S, dO, qd, 1, c->dv + kv, kvd);
+        }
+    pjob j = {.c = c, .x = L->att, .y = c->datt};
+    pfor(c, c->B * nh * S, dsoftmax_rows, &j);
+    for (int64_t b = 0; b < c->B; b++)
+        for (int64_t h = 0; h < nh; h++) {
+            const R *dS = c->datt + (b * nh + h) * S * S;
+            int64_t kv = b * S * kvd + (h / grp) * hd;
+            mm_nn(S, hd, S, scale, dS, S, L->k + kv, kvd, 0,
+                  c->dq + b * S * qd + h * hd, qd);
+            mm_tn(S, hd, S, scale, dS, S, L->q + b * S * qd + h * hd, qd, 1,
+                  c->dk + kv, kvd);
+        }
+    rnd(c->dq, c->T * qd, c->dt_comp);
+    rnd(c->dk, c->T * kvd, c->dt_comp);
+    rnd(c->dv, c->T * kvd, c->dt_comp);
+}
+
+/* ---- SwiGLU ------------------------------------------------------------- */
+
+static void swiglu_fwd_range(void *vj, int64_t i0, int64_t i1) {
+    pjob *j = vj;
+    xm_ctx *c = j->c;
+    xm_layer *L = j->L;
+    for (int64_t i = i0; i < i1; i++) {
+        R g = L->gt[i];
+        R s = (R)(1.0 / (1.0 + xent__exp(-(double)g)));
+        L->act[i] = rnd1(rnd1(g * s, c->dt_comp) * L->up[i], c->dt_comp);
+    }
+}
+
+static void swiglu_fwd(xm_ctx *c, xm_layer *L) {
+    pjob j = {.c = c, .L = L};
+    pfor(c, c->T * c->c->hidden, swiglu_fwd_range, &j);
+}
+
+/* da = dh -> dgate (dh), dup (dh2) */
+static void swiglu_bwd_range(void *vj, int64_t i0, int64_t i1) {
+    pjob *j = vj;
+    xm_ctx *c = j->c;
+    xm_layer *L = j->L;
+    for (int64_t i = i0; i < i1; i++) {
+        R g = L->gt[i], u = L->up[i], da = c->dh[i];
+        R s = (R)(1.0 / (1.0 + xent__exp(-(double)g)));
+        R silu = g * s;
+        c->dh2[i] = rnd1(da * silu, c->dt_comp);
+        c->dh[i] = rnd1(da * u * (s * (1 + g * (1 - s))), c->dt_comp);
+    }
+}
+
+static void swiglu_bwd(xm_ctx *c, xm_layer *L) {
+    pjob j = {.c = c, .L = L};
+    pfor(c, c->T * c->c->hidden, swiglu_bwd_range, &j);
+}
+
+/* ---- layers ------------------------------------------------------------- */
+
+static const R *W(xm_ctx *c, int64_t l, xent_param_kind k) {
+    int i = xent__pidx(c->c, l, k);
+    return i < 0 ? NULL : c->w[i];
+}
+static R *G(xm_ctx *c, int64_t l, xent_param_kind k) {
+    int i = xent__pidx(c->c, l, k);
+    return (i < 0 || !c->g) ? NULL : c->g[i];
+}
+
+static void layer_fwd(xm_ctx *c, int64_t l) {
+    const xent_model_config *m = c->c;
+    xm_layer *L = &c->ly[l];
+    int64_t D = m->dim, H = m->hidden, qd = m->n_heads * m->head_dim,
+            kvd = m->n_kv_heads * m->head_dim, T = c->T;
+    const R *x = c->x[l];
+    R *y = c->x[l + 1];
+    rmsnorm_fwd(c, x, W(c, l, XENT_P_ATTN_NORM), L->xn1, L->rms1);
+    const R *xn = as_comp(c, L->xn1, T * D);
+    linear_fwd(c, xn, D, W(c, l, XENT_P_WQ), W(c, l, XENT_P_BQ), qd, L->q);
+    linear_fwd(c, xn, D, W(c, l, XENT_P_WK), W(c, l, XENT_P_BK), kvd, L->k);
+    linear_fwd(c, xn, D, W(c, l, XENT_P_WV), W(c, l, XENT_P_BV), kvd, L->v);
+    rope(c, L->q, m->n_heads, 1);
+    rope(c, L->k, m->n_kv_heads, 1);
+    attention_fwd(c, L);
+    linear_fwd(c, L->ao, qd, W(c, l, XENT_P_WO), NULL, D, L->h1);
+    for (int64_t i = 0; i < T * D; i++)
+        L->h1[i] = rnd1(x[i] + L->h1[i], c->dt_res);
+    rmsnorm_fwd(c, L->h1, W(c, l, XENT_P_MLP_NORM), L->xn2, L->rms2);
+    xn = as_comp(c, L->xn2, T * D);
+    linear_fwd(c, xn, D, W(c, l, XENT_P_WGATE), NULL, H, L->gt);
+    linear_fwd(c, xn, D, W(c, l, XENT_P_WUP), NULL, H, L->up);
+    swiglu_fwd(c, L);
+    linear_fwd(c, L->act, H, W(c, l, XENT_P_WDOWN), NULL, D, y);
+    for (int64_t i = 0; i < T * D; i++) y[i] = rnd1(L->h1[i] + y[i], c->dt_res);
+}
+
+/* c->dx holds dL/d(output of layer l); on return dL/d(input of layer l). */
+static void layer_bwd(xm_ctx *c, int64_t l) {
+    const xent_model_config *m = c->c;
+    xm_layer *L = &c->ly[l];
+    int64_t D = m->dim, H = m->hidden, qd = m->n_heads * m->head_dim,
+            kvd = m->n_kv_heads * m->head_dim;
+    /* MLP: y = h1 + down(act) */
+    linear_bwd(c, c->dx, D, L->act, H, W(c, l, XENT_P_WDOWN),
+               G(c, l, XENT_P_WDOWN), NULL, c->dh, 0);
+    swiglu_bwd(c, L);
+    linear_bwd(c, c->dh, H, L->xn2, D, W(c, l, XENT_P_WGATE),
+               G(c, l, XENT_P_WGATE), NULL, c->dxn, 0);
+    linear_bwd(c, c->dh2, H, L->xn2, D, W(c, l, XENT_P_WUP),
+               G(c, l, XENT_P_WUP), NULL, c->dxn, 1);
+    /* dh1 = dy + norm_bwd(dxn) (in place in c->dx) */
+    rmsnorm_bwd(c, L->h1, W(c, l, XENT_P_MLP_NORM), L->rms2, c->dxn, c->dx,
+                G(c, l, XENT_P_MLP_NORM), 1);
+    /* attention: h1 = x + o_proj(ao) */
+    linear_bwd(c, c->dx, D, L->ao, qd, W(c, l, XENT_P_WO), G(c, l, XENT_P_WO),
+               NULL, c->dao, 0);
+    attention_bwd(c, L);
+    rope(c, c->dq, m->n_heads, -1);
+    rope(c, c->dk, m->n_kv_heads, -1);
+    linear_bwd(c, c->dq, qd, L->xn1, D, W(c, l, XENT_P_WQ), G(c, l, XENT_P_WQ),
+               G(c, l, XENT_P_BQ), c->dxn, 0);
+    linear_bwd(c, c->dk, kvd, L->xn1, D, W(c, l, XENT_P_WK),
+               G(c, l, XENT_P_WK), G(c, l, XENT_P_BK), c->dxn, 1);
+    linear_bwd(c, c->dv, kvd, L->xn1, D, W(c, l, XENT_P_WV),
+               G(c, l, XENT_P_WV), G(c, l, XENT_P_BV), c->dxn, 1);
+    rmsnorm_bwd(c, c->x[l], W(c, l, XENT_P_ATTN_NORM), L->rms1, c->dxn, c->dx,
+                G(c, l, XENT_P_ATTN_NORM), 1);
+    if (c->rec_dx)
+        memcpy(c->rec_dx[l], c->dx, (size_t)(c->T * D) * sizeof(R));
+}
+
+/* Defined by the including file: logits -> loss, logprob, dlogits. */
+static xent_status loss_step(xm_ctx *c, int backward);
+
+/* ---- whole model -------------------------------------------------------- */
+
+static xent_status model_fwd_bwd(xm_ctx *c, int backward) {
+    const xent_model_config *m = c->c;
+    int64_t D = m->dim, V = m->vocab, T = c->T;
+    const R *E = c->w[0];
+    for (int64_t t = 0; t < T; t++) {
+        memcpy(c->x[0] + t * D, E + (int64_t)c->tok[t] * D,
+               (size_t)D * sizeof(R));
+        rnd(c->x[0] + t * D, D, c->dt_res);
+    }
+    for (int64_t l = 0; l < m->n_layers; l++) layer_fwd(c, l);
+    int inorm = xent__pidx_norm(m);
+    rmsnorm_fwd(c, c->x[m->n_layers], c->w[inorm], c->xnf, c->rmsf);
+    /* logits = round(xnf, head) @ W_head^T, stored in the logits dtype */
+    const R *xh = c->xnf;
+#if ROUNDING
+    if (c->dt_head != XENT_F32) {
+        memcpy(c->scr, c->xnf, (size_t)(T * D) * sizeof(R));
+        rnd(c->scr, T * D, c->dt_head);
+        xh = c->scr;
+    }
+#endif
+    mm_nt(T, V, D, 1, xh, D, c->w_head, D, 0, c->logits, V);
+    rnd(c->logits, T * V, c->dt_logits);
+    xent_status st = loss_step(c, backward);
+    if (st || !backward) return st;
+    /* head: dxnf = dlogits W_head; dW_head (+)= dlogits^T xnf */
+    int ih = xent__pidx_head(m);
+    R *dWh = c->g[ih];
+    mm_tn(V, D, T, 1, c->dlogits, V, xh, D, 0, dWh, D);
+    rnd(dWh, V * D, c->dt_comp);
+    mm_nn(T, D, V, 1, c->dlogits, V, c->w_head, D, 0, c->dxn, D);
+    rnd(c->dxn, T * D, c->dt_comp);
+    rmsnorm_bwd(c, c->x[m->n_layers], c->w[inorm], c->rmsf, c->dxn, c->dx,
+                c->g[inorm], 0);
+    for (int64_t l = m->n_layers - 1; l >= 0; l--) layer_bwd(c, l);
+    if (c->rec_dx0)
+        memcpy(c->rec_dx0, c->dx, (size_t)(T * D) * sizeof(R));
+    /* embeddings: scatter-add (tied: added to the head's gradient) */
+    R *dE = c->g[0];
+    if (!m->tied_head) memset(dE, 0, (size_t)(V * D) * sizeof(R));
+    for (int64_t t = 0; t < T; t++) {
+        R *row = dE + (int64_t)c->tok[t] * D;
+        for (int64_t i = 0; i < D; i++) row[i] += c->dx[t * D + i];
+    }
+    rnd(dE, V * D, c->dt_comp);
+    return XENT_OK;
+}
+
+/* ---- memory plan -------------------------------------------------------- */
+
+/* Points every buffer of c into base (NULL: only counts) for a workspace of
+ * Bfull rows, with the per-token buffers offset to row b0 and c->B = Bm
+ * (micro-batches share one plan). x, ly and (when record) rec_dx must be
+ * arrays of L+1, L and L entries. Returns the number of R elements. */
+static int64_t plan(xm_ctx *c, R *base, int64_t Bfull, int64_t b0,
+                    int64_t Bm, int64_t S, int record) {
+    const xent_model_config *m = c->c;
+    int64_t L = m->n_layers, D = m->dim, H = m->hidden, V = m->vocab,
+            nh = m->n_heads, qd = nh * m->head_dim,
+            kvd = m->n_kv_heads * m->head_dim, Tf = Bfull * S,
+            r0 = b0 * S, off = 0;
+#define TAKE(ptr, width)                                                     \
+    do {                                                                     \
+        if (base) (ptr) = base + off + r0 * (width);                        \
+        off += Tf * (width);                                                 \
+    } while (0)
+    c->B = Bm;
+    c->S = S;
+    c->T = Bm * S;
+    for (int64_t l = 0; l <= L; l++) TAKE(c->x[l], D);
+    for (int64_t l = 0; l < L; l++) {
+        xm_layer *y = &c->ly[l];
+        TAKE(y->xn1, D);
+        TAKE(y->rms1, 1);
+        TAKE(y->q, qd);
+        TAKE(y->k, kvd);
+        TAKE(y->v, kvd);
+        TAKE(y->att, nh * S);
+        TAKE(y->ao, qd);
+        TAKE(y->h1, D);
+        TAKE(y->xn2, D);
+        TAKE(y->rms2, 1);
+        TAKE(y->gt, H);
+        TAKE(y->up, H);
+        TAKE(y->act, H);
+    }
+    TAKE(c->xnf, D);
+    TAKE(c->rmsf, 1);
+    TAKE(c->logits, V);
+    if (record) TAKE(c->dlogits, V);
+    else c->dlogits = c->logits;
+    TAKE(c->dx, D);
+    TAKE(c->dxb, D);
+    TAKE(c->dq, qd);
+    TAKE(c->dk, kvd);
+    TAKE(c->dv, kvd);
+    TAKE(c->dao, qd);
+    TAKE(c->dh, H);
+    TAKE(c->dh2, H);
+    TAKE(c->dxn, D);
+    if (record) {
+        for (int64_t l = 0; l < L; l++) TAKE(c->rec_dx[l], D);
+        TAKE(c->rec_dx0, D);
+    } else {
+        c->rec_dx = NULL;
+        c->rec_dx0 = NULL;
+    }
+#undef TAKE
+    int64_t mw = D > H ? D : H;
+    mw = mw > qd ? mw : qd;
+    if (base) c->datt = base + off;
+    off += Bfull * m->n_heads * S * S;
+    if (base) c->scr = base + off;
+    off += Tf * mw;
+    return off;
+}

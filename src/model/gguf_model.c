@@ -1,0 +1,436 @@
+/* src/model/gguf_model.c: a Llama-family model from / to a GGUF file. */
+#include "model/gguf.h"
+#include "model/model_internal.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* HF name of parameter i -> GGUF tensor name. */
+static void gguf_name(const xent_model *m, int i, char *out, size_t cap) {
+    const char *hf = m->params[i].name;
+    static const char *const map[][2] = {
+        {"input_layernorm.weight", "attn_norm.weight"},
+        {"self_attn.q_proj.weight", "attn_q.weight"},
+        {"self_attn.k_proj.weight", "attn_k.weight"},
+        {"self_attn.v_proj.weight", "attn_v.weight"},
+        {"self_attn.q_proj.bias", "attn_q.bias"},
+        {"self_attn.k_proj.bias", "attn_k.bias"},
+        {"self_attn.v_proj.bias", "attn_v.bias"},
+        {"self_attn.o_proj.weight", "attn_output.weight"},
+        {"post_attention_layernorm.weight", "ffn_norm.weight"},
+        {"mlp.gate_proj.weight", "ffn_gate.weight"},
+        {"mlp.up_proj.weight", "ffn_up.weight"},
+        {"mlp.down_proj.weight", "ffn_down.weight"}};
+    long long l;
+    int k;
+    if (!strcmp(hf, "model.embed_tokens.weight"))
+        snprintf(out, cap, "token_embd.weight");
+    else if (!strcmp(hf, "model.norm.weight"))
+        snprintf(out, cap, "output_norm.weight");
+    else if (!strcmp(hf, "lm_head.weight"))
+        snprintf(out, cap, "output.weight");
+    else if (sscanf(hf, "model.layers.%lld.%n", &l, &k) == 1) {
+        for (size_t j = 0; j < sizeof map / sizeof map[0]; j++)
+            if (!strcmp(hf + k, map[j][0])) {
+                snprintf(out, cap, "blk.%lld.%s", l, map[j][1]);
+                return;
+            }
+        snprintf(out, cap, "?");
+    } else
+        snprintf(out, cap, "?");
+}
+
+static int64_t need_int(const xent__gguf *g, const char *arch,
+                        const char *field, int64_t dflt, xent_status *st) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, field);
+    int64_t v;
+    if (xent__gguf_int(g, key, &v)) return v;
+    if (dflt < 0 && !*st)
+        *st = xent__fail(XENT_ERR_FORMAT, "gguf: metadata '%s' is missing or "
+                         "not an integer", key);
+    return dflt;
+}
+
+static xent_status gguf_config(const xent__gguf *g, xent_model_config *c) {
+    xent_model_config_init(c);
+    const char *a;
+    uint64_t an;
+    if (!xent__gguf_str(g, "general.architecture", &a, &an))
+        return xent__fail(XENT_ERR_FORMAT,
+                          "gguf: general.architecture is missing");
+    if (an >= sizeof c->arch) an = sizeof c->arch - 1;
+    memcpy(c->arch, a, (size_t)an);
+    c->arch[an] = 0;
+    if (strcmp(c->arch, "llama") && strcmp(c->arch, "qwen2"))
+        return xent__fail(XENT_ERR_UNSUPPORTED, "gguf: architecture '%s' is "
+                          "not supported; supported: %s", c->arch,
+                          xent_model_supported_archs());
+    xent_status st = XENT_OK;
+    c->n_layers = need_int(g, c->arch, "block_count", -1, &st);
+    c->dim = need_int(g, c->arch, "embedding_length", -1, &st);
+    c->hidden = need_int(g, c->arch, "feed_forward_length", -1, &st);
+    c->n_heads = need_int(g, c->arch, "attention.head_count", -1, &st);
+    if (st) return st;
+    c->n_kv_heads = need_int(g, c->arch, "attention.head_count_kv",
+                             c->n_heads, &st);
+    c->max_seq = need_int(g, c->arch, "context_length", 0, &st);
+    c->head_dim = need_int(g, c->arch, "attention.key_length",
+                           c->n_heads > 0 ? c->dim / c->n_heads : 0, &st);
+    int64_t rd = need_int(g, c->arch, "rope.dimension_count", c->head_dim,
+                          &st);
+    if (rd != c->head_dim)
+        return xent__fail(XENT_ERR_UNSUPPORTED, "gguf: %s.rope.dimension_count "
+                          "= %lld differs from head_dim %lld (partial rotary "
+                          "is not supported)", c->arch, (long long)rd,
+                          (long long)c->head_dim);
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.freq_base", c->arch);
+    if (!xent__gguf_f64(g, key, &c->rope_theta)) c->rope_theta = 10000.0;
+    snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", c->arch);
+    if (!xent__gguf_f64(g, key, &c->norm_eps)) c->norm_eps = 1e-5;
+    snprintf(key, sizeof key, "%s.rope.scaling.type", c->arch);
+    const char *sc;
+    uint64_t scn;
+    if (xent__gguf_str(g, key, &sc, &scn) &&
+        !(scn == 4 && !memcmp(sc, "none", 4)))
+        return xent__fail(XENT_ERR_UNSUPPORTED, "gguf: %s = '%.*s' is not "
+                          "supported (none; llama3 scaling via an HF "
+                          "checkpoint)", key, (int)(scn > 32 ? 32 : scn), sc);
+    if (xent__gguf_tensor_find(g, "rope_freqs.weight"))
+        return xent__fail(XENT_ERR_UNSUPPORTED, "gguf: rope_freqs.weight "
+                          "(llama3 rope scaling) is not supported in GGUF; "
+                          "load the HF checkpoint");
+    const xent__gguf_tensor *e = xent__gguf_tensor_find(g, "token_embd.weight");
+    if (!e || e->ndim != 2)
+        return xent__fail(XENT_ERR_FORMAT, "gguf: token_embd.weight is "
+                          "missing or not 2-D");
+    c->vocab = e->ne[1];
+    c->tied_head = xent__gguf_tensor_find(g, "output.weight") == NULL;
+    c->qkv_bias = xent__gguf_tensor_find(g, "blk.0.attn_q.bias") != NULL;
+    int64_t v;
+    if (xent__gguf_int(g, "tokenizer.ggml.bos_token_id", &v)) c->bos_id = v;
+    if (xent__gguf_int(g, "tokenizer.ggml.eos_token_id", &v)) c->eos_id = v;
+    return xent_model_config_check(c);
+}
+
+/* String array -> malloc'ed pointer/length tables (pointing into the image). */
+static xent_status str_array(const xent__gguf *g, const char *key,
+                             char ***s, size_t **len, int64_t *n) {
+    const xent__gguf_kv *kv = xent__gguf_find(g, key);
+    *s = NULL, *len = NULL, *n = 0;
+    if (!kv) return XENT_OK;
+    if (kv->type != XENT__GT_ARR || kv->atype != XENT__GT_STR)
+        return xent__fail(XENT_ERR_FORMAT, "gguf: %s is not a string array",
+                          key);
+    *s = malloc((size_t)(kv->n + 1) * sizeof **s);
+    *len = malloc((size_t)(kv->n + 1) * sizeof **len);
+    if (!*s || !*len) return xent__fail(XENT_ERR_ALLOC, "gguf: %s", key);
+    uint64_t off = kv->off; /* the parser walked these: in bounds */
+    for (uint64_t i = 0; i < kv->n; i++) {
+        uint64_t l;
+        memcpy(&l, g->p + off, 8);
+        (*s)[i] = (char *)g->p + off + 8;
+        (*len)[i] = (size_t)l;
+        off += 8 + l;
+    }
+    *n = (int64_t)kv->n;
+    return XENT_OK;
+}
+
+static xent_status gguf_tokenizer(const xent__gguf *g, xent_model *m) {
+    const char *tm;
+    uint64_t tn;
+    if (!xent__gguf_str(g, "tokenizer.ggml.model", &tm, &tn) ||
+        !(tn == 4 && !memcmp(tm, "gpt2", 4)))
+        return XENT_OK; /* only byte-level BPE; the model loads without */
+    char **toks = NULL, **mer = NULL;
+    size_t *tl = NULL, *ml = NULL;
+    int64_t nt = 0, nm = 0;
+    int32_t *types = NULL;
+    char pre[64] = "default";
+    const char *ps;
+    uint64_t pn;
+    if (xent__gguf_str(g, "tokenizer.ggml.pre", &ps, &pn)) {
+        size_t k = pn < sizeof pre - 1 ? (size_t)pn : sizeof pre - 1;
+        memcpy(pre, ps, k);
+        pre[k] = 0;
+    }
+    xent_status st = str_array(g, "tokenizer.ggml.tokens", &toks, &tl, &nt);
+    if (!st) st = str_array(g, "tokenizer.ggml.merges", &mer, &ml, &nm);
+    const xent__gguf_kv *ty = xent__gguf_find(g, "tokenizer.ggml.token_type");
+    if (!st && ty && ty->type == XENT__GT_ARR && ty->atype == XENT__GT_I32 &&
+        (int64_t)ty->n == nt) {
+        types = malloc((size_t)(nt + 1) * sizeof *types);
+        if (!types) st = xent__fail(XENT_ERR_ALLOC, "gguf: token types");
+        else memcpy(types, g->p + ty->off, (size_t)nt * 4);
+    }
+    if (!st && nt > 0)
+        st = xent__tokenizer_new(toks, tl, nt, mer, ml, nm, types, pre,
+                                 &m->tok);
+    free(toks), free(tl), free(mer), free(ml), free(types);
+    return st;
+}
+
+/* Tensor of parameter i with the expected shape (checked before any
+ * allocation sized by the metadata). */
+static xent_status gguf_find_param(const xent__gguf *g, const xent_model *m,
+                                   int i, const xent__gguf_tensor **out) {
+    const xent_param *p = &m->params[i];
+    char nm[128];
+    gguf_name(m, i, nm, sizeof nm);
+    const xent__gguf_tensor *t = xent__gguf_tensor_find(g, nm);
+    if (!t)
+        return xent__fail(XENT_ERR_NOT_FOUND, "gguf: tensor '%s' (%s) is "
+                          "missing", nm, p->name);
+    int64_t want0 = p->ndim == 2 ? p->shape[1] : p->shape[0];
+    int64_t want1 = p->ndim == 2 ? p->shape[0] : 1;
+    if ((int)t->ndim > p->ndim || t->ne[0] != want0 || t->ne[1] != want1 ||
+        t->ne[2] != 1 || t->ne[3] != 1)
+        return xent__fail(XENT_ERR_SHAPE, "gguf: tensor '%s' has shape "
+                          "[%lld, %lld], expected [%lld, %lld] (ne order)",
+                          nm, (long long)t->ne[0], (long long)t->ne[1],
+                          (long long)want0, (long long)want1);
+    *out = t;
+    return XENT_OK;
+}
+
+static xent_status gguf_check_tensors(const xent__gguf *g,
+                                      const xent_model *m) {
+    for (int i = 0; i < m->n_params; i++) {
+        const xent__gguf_tensor *t;
+        xent_status st = gguf_find_param(g, m, i, &t);
+        if (st) return st;
+    }
+    return XENT_OK;
+}
+
+static xent_status gguf_tensors(const xent__gguf *g, xent_model *m) {
+    for (int i = 0; i < m->n_params; i++) {
+        xent_param *p = &m->params[i];
+        const xent__gguf_tensor *t;
+        xent_status st = gguf_find_param(g, m, i, &t);
+        if (!st) st = xent__gguf_dequant(t->type, g->p + t->off, t->numel, p->w);
+        if (st) return st;
+        /* llama.cpp permutes q/k rows of "llama" models for its rotary
+         * layout (convert_hf_to_gguf.py: permute); undo it */
+        int isq = strstr(p->name, "q_proj.weight") != NULL,
+            isk = strstr(p->name, "k_proj.weight") != NULL;
+        if (!strcmp(m->cfg.arch, "llama") && (isq || isk))
+            xent__rope_permute(p->w, isq ? m->cfg.n_heads : m->cfg.n_kv_heads,
+                               m->cfg.head_dim, p->shape[1], 1);
+    }
+    return XENT_OK;
+}
+
+/* The model from a GGUF image in memory (used by the loader and fuzzing). */
+xent_status xent__model_from_gguf(const uint8_t *p, uint64_t size,
+                                  const char *path, xent_model **out) {
+    xent__gguf g;
+    xent_status st = xent__gguf_parse(p, size, &g);
+    if (st) return st;
+    xent_model *m = calloc(1, sizeof *m);
+    if (!m) {
+        xent__gguf_free(&g);
+        return xent__fail(XENT_ERR_ALLOC, "model");
+    }
+    st = gguf_config(&g, &m->cfg);
+    if (!st) st = xent__model_layout(m);
+    if (!st) st = gguf_check_tensors(&g, m);
+    if (!st) st = xent__model_alloc(m);
+    if (!st) st = gguf_tensors(&g, m);
+    if (!st) st = gguf_tokenizer(&g, m);
+    if (!st) {
+        snprintf(m->source, sizeof m->source, "%s", path);
+        const xent__gguf_tensor *t = xent__gguf_tensor_find(&g, "blk.0.attn_q.weight");
+        const char *tn[] = {"F32", "F16", "Q4_0", "Q4_1"};
+        uint32_t ty = t ? t->type : 0;
+        snprintf(m->source_type, sizeof m->source_type, "gguf v%u %s",
+                 g.version, ty < 4 ? tn[ty] : ty == 8 ? "Q8_0" : "BF16");
+    }
+    xent__gguf_free(&g);
+    if (st) {
+        xent_model_free(m);
+        return st;
+    }
+    *out = m;
+    return XENT_OK;
+}
+
+xent_status xent_model_load_gguf(const char *path, xent_model **out) {
+    if (!path || !out) return xent__fail(XENT_ERR_NULL, "load_gguf: NULL");
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return xent__fail(XENT_ERR_IO, "cannot open '%s'", path);
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || sb.st_size <= 0) {
+        close(fd);
+        return xent__fail(XENT_ERR_FORMAT, "gguf: '%s' is empty or unreadable",
+                          path);
+    }
+    void *p = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED)
+        return xent__fail(XENT_ERR_IO, "cannot map '%s'", path);
+    xent_status st = xent__model_from_gguf(p, (uint64_t)sb.st_size, path, out);
+    munmap(p, (size_t)sb.st_size);
+    return st;
+}
+
+/* ---- writer ------------------------------------------------------------- */
+
+typedef struct {
+    uint8_t *p;
+    size_t n, cap;
+    int oom;
+} buf;
+
+static void put(buf *b, const void *s, size_t n) {
+    if (b->oom) return;
+    if (b->n + n > b->cap) {
+        size_t c = b->cap ? b->cap * 2 : 4096;
+        while (c < b->n + n) c *= 2;
+        uint8_t *q = realloc(b->p, c);
+        if (!q) {
+            b->oom = 1;
+            return;
+        }
+        b->p = q, b->cap = c;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+}
+static void put_u32(buf *b, uint32_t v) { put(b, &v, 4); }
+static void put_u64(buf *b, uint64_t v) { put(b, &v, 8); }
+static void put_str(buf *b, const char *s, size_t n) {
+    put_u64(b, n);
+    put(b, s, n);
+}
+static void kv_u32(buf *b, const char *k, uint32_t v) {
+    put_str(b, k, strlen(k));
+    put_u32(b, XENT__GT_U32);
+    put_u32(b, v);
+}
+static void kv_f32(buf *b, const char *k, float v) {
+    put_str(b, k, strlen(k));
+    put_u32(b, XENT__GT_F32);
+    put(b, &v, 4);
+}
+static void kv_str(buf *b, const char *k, const char *v) {
+    put_str(b, k, strlen(k));
+    put_u32(b, XENT__GT_STR);
+    put_str(b, v, strlen(v));
+}
+
+xent_status xent_model_save_gguf(const xent_model *m, const char *path) {
+    if (!m || !path) return xent__fail(XENT_ERR_NULL, "save_gguf: NULL");
+    const xent_model_config *c = &m->cfg;
+    buf b = {0};
+    const xent_tokenizer *tk = m->tok;
+    uint64_t nkv = 10 + (tk ? 6 : 0);
+    put_u32(&b, 0x46554747u);
+    put_u32(&b, 3);
+    put_u64(&b, (uint64_t)m->n_params);
+    put_u64(&b, nkv);
+    char k[128];
+    kv_str(&b, "general.architecture", c->arch);
+    kv_u32(&b, "general.alignment", 32);
+#define KEY(f) (snprintf(k, sizeof k, "%s.%s", c->arch, f), k)
+    kv_u32(&b, KEY("block_count"), (uint32_t)c->n_layers);
+    kv_u32(&b, KEY("embedding_length"), (uint32_t)c->dim);
+    kv_u32(&b, KEY("feed_forward_length"), (uint32_t)c->hidden);
+    kv_u32(&b, KEY("attention.head_count"), (uint32_t)c->n_heads);
+    kv_u32(&b, KEY("attention.head_count_kv"), (uint32_t)c->n_kv_heads);
+    kv_u32(&b, KEY("attention.key_length"), (uint32_t)c->head_dim);
+    kv_f32(&b, KEY("rope.freq_base"), (float)c->rope_theta);
+    kv_f32(&b, KEY("attention.layer_norm_rms_epsilon"), (float)c->norm_eps);
+#undef KEY
+    if (tk) {
+        int64_t nv = xent_tokenizer_vocab(tk), nm = xent__tokenizer_n_merges(tk);
+        kv_str(&b, "tokenizer.ggml.model", "gpt2");
+        kv_str(&b, "tokenizer.ggml.pre", xent_tokenizer_pre(tk));
+        put_str(&b, "tokenizer.ggml.tokens", 21);
+        put_u32(&b, XENT__GT_ARR);
+        put_u32(&b, XENT__GT_STR);
+        put_u64(&b, (uint64_t)nv);
+        for (int64_t i = 0; i < nv; i++) {
+            const char *s = xent_tokenizer_token(tk, i);
+            put_str(&b, s, strlen(s));
+        }
+        put_str(&b, "tokenizer.ggml.token_type", 25);
+        put_u32(&b, XENT__GT_ARR);
+        put_u32(&b, XENT__GT_I32);
+        put_u64(&b, (uint64_t)nv);
+        for (int64_t i = 0; i < nv; i++) {
+            int32_t t = xent__tokenizer_type(tk, i);
+            put(&b, &t, 4);
+        }
+        put_str(&b, "tokenizer.ggml.merges", 21);
+        put_u32(&b, XENT__GT_ARR);
+        put_u32(&b, XENT__GT_STR);
+        put_u64(&b, (uint64_t)nm);
+        for (int64_t i = 0; i < nm; i++) {
+            const char *s = xent__tokenizer_merge(tk, i);
+            put_str(&b, s, strlen(s));
+        }
+        kv_u32(&b, "tokenizer.ggml.bos_token_id",
+               (uint32_t)(c->bos_id < 0 ? 0 : c->bos_id));
+    }
+    uint64_t off = 0;
+    for (int i = 0; i < m->n_params; i++) {
+        const xent_param *p = &m->params[i];
+        char nm[128];
+        gguf_name(m, i, nm, sizeof nm);
+        put_str(&b, nm, strlen(nm));
+        put_u32(&b, (uint32_t)p->ndim);
+        if (p->ndim == 2) {
+            put_u64(&b, (uint64_t)p->shape[1]);
+            put_u64(&b, (uint64_t)p->shape[0]);
+        } else {
+            put_u64(&b, (uint64_t)p->shape[0]);
+        }
+        put_u32(&b, XENT__GG_F32);
+        put_u64(&b, off);
+        off += ((uint64_t)p->numel * 4 + 31) / 32 * 32;
+    }
+    static const uint8_t zero[32] = {0};
+    put(&b, zero, (32 - b.n % 32) % 32);
+    float *tmp = NULL;
+    for (int i = 0; i < m->n_params && !b.oom; i++) {
+        const xent_param *p = &m->params[i];
+        char nm[128];
+        gguf_name(m, i, nm, sizeof nm);
+        const float *w = p->w;
+        int q = strstr(nm, "attn_q.weight") != NULL,
+            kk = strstr(nm, "attn_k.weight") != NULL;
+        if (!strcmp(c->arch, "llama") && (q || kk)) {
+            free(tmp);
+            tmp = malloc((size_t)p->numel * sizeof(float));
+            if (!tmp) {
+                b.oom = 1;
+                break;
+            }
+            memcpy(tmp, p->w, (size_t)p->numel * sizeof(float));
+            xent__rope_permute(tmp, q ? c->n_heads : c->n_kv_heads,
+                               c->head_dim, p->shape[1], 0);
+            w = tmp;
+        }
+        put(&b, w, (size_t)p->numel * 4);
+        put(&b, zero, (32 - (size_t)p->numel * 4 % 32) % 32);
+    }
+    free(tmp);
+    if (b.oom) {
+        free(b.p);
+        return xent__fail(XENT_ERR_ALLOC, "save_gguf: buffer");
+    }
+    FILE *f = fopen(path, "wb");
+    int ok = f && fwrite(b.p, 1, b.n, f) == b.n;
+    if (f && fclose(f) != 0) ok = 0;
+    free(b.p);
+    if (!ok) return xent__fail(XENT_ERR_IO, "cannot write '%s'", path);
+    return XENT_OK;
+}

@@ -1,0 +1,540 @@
+/* src/model/tokenizer.c: GPT-2 style byte-level BPE (SmolLM2, Llama 3,
+ * Qwen2) from the vocabulary and merges stored in GGUF.
+ *
+ * encode: split out special tokens (GGUF token types CONTROL and
+ * USER_DEFINED), pre-tokenize each remaining piece with the model's
+ * pre-tokenizer (the regexes below, matched by hand on code points), map
+ * every byte of a chunk to its GPT-2 unicode symbol, then merge the adjacent
+ * pair of lowest merge rank until none is left. */
+#include "model/model_internal.h"
+#include "model/unicode_tables.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { PRE_GPT2, PRE_SMOLLM, PRE_LLAMA3, PRE_QWEN2 };
+
+typedef struct {
+    char **keys;   /* [cap] NUL-terminated, NULL = empty                    */
+    size_t *lens;  /* [cap] key lengths                                     */
+    int64_t *vals; /* [cap]                                                 */
+    int64_t cap;
+} strmap;
+
+struct xent_tokenizer {
+    int64_t n;          /* vocabulary size                                  */
+    char **tok;         /* [n] token strings (GPT-2 unicode form)           */
+    int32_t *type;      /* [n] GGUF token types (1 normal, 3 control, ...)  */
+    int64_t n_merges;
+    char **merge;       /* [n_merges] "left right"                          */
+    strmap vocab;       /* token string -> id                               */
+    strmap ranks;       /* "left right" -> rank                             */
+    int64_t *special;   /* ids of special tokens, longest first             */
+    int64_t n_special;
+    char sym[256][4];   /* byte -> UTF-8 of its unicode symbol (NUL-term.)  */
+    int16_t unsym[324]; /* code point (< 324) -> byte, -1 none              */
+    int pre;
+    char pre_name[64];
+};
+
+/* ---- string map --------------------------------------------------------- */
+
+static uint64_t fnv(const char *s, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 1099511628211ull;
+    return h;
+}
+
+static int map_init(strmap *m, int64_t n) {
+    m->cap = 16;
+    while (m->cap < 2 * n + 16) m->cap *= 2;
+    m->keys = calloc((size_t)m->cap, sizeof *m->keys);
+    m->vals = calloc((size_t)m->cap, sizeof *m->vals);
+    m->lens = calloc((size_t)m->cap, sizeof *m->lens);
+    return m->keys && m->vals && m->lens;
+}
+
+static void map_free(strmap *m) {
+    for (int64_t i = 0; m->keys && i < m->cap; i++) free(m->keys[i]);
+    free(m->keys), free(m->vals), free(m->lens);
+}
+
+/* Inserts (first insertion wins); key copied. 0 on allocation failure. */
+static int map_put(strmap *m, const char *k, size_t n, int64_t v) {
+    uint64_t i = fnv(k, n) & (uint64_t)(m->cap - 1);
+    while (m->keys[i]) {
+        if (m->lens[i] == n && !memcmp(m->keys[i], k, n)) return 1;
+        i = (i + 1) & (uint64_t)(m->cap - 1);
+    }
+    m->keys[i] = malloc(n + 1);
+    if (!m->keys[i]) return 0;
+    memcpy(m->keys[i], k, n);
+    m->keys[i][n] = 0;
+    m->lens[i] = n;
+    m->vals[i] = v;
+    return 1;
+}
+
+static int64_t map_get(const strmap *m, const char *k, size_t n) {
+    uint64_t i = fnv(k, n) & (uint64_t)(m->cap - 1);
+    while (m->keys[i]) {
+        if (m->lens[i] == n && !memcmp(m->keys[i], k, n)) return m->vals[i];
+        i = (i + 1) & (uint64_t)(m->cap - 1);
+    }
+    return -1;
+}
+
+/* ---- unicode ------------------------------------------------------------ */
+
+static int in_ranges(const uint32_t (*r)[2], size_t n, uint32_t c) {
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (c < r[mid][0]) hi = mid;
+        else if (c > r[mid][1]) lo = mid + 1;
+        else return 1;
+    }
+    return 0;
+}
+static int is_L(uint32_t c) {
+    if (c < 128) return (c | 32) >= 'a' && (c | 32) <= 'z';
+    return in_ranges(xent__uni_L, sizeof xent__uni_L / sizeof xent__uni_L[0],
+                     c);
+}
+static int is_N(uint32_t c) {
+    if (c < 128) return c >= '0' && c <= '9';
+    return in_ranges(xent__uni_N, sizeof xent__uni_N / sizeof xent__uni_N[0],
+                     c);
+}
+/* Unicode White_Space (what \s matches in the reference regex engines). */
+static int is_S(uint32_t c) {
+    return (c >= 9 && c <= 13) || c == 32 || c == 0x85 || c == 0xA0 ||
+           c == 0x1680 || (c >= 0x2000 && c <= 0x200A) || c == 0x2028 ||
+           c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+static int is_nl(uint32_t c) { return c == '\r' || c == '\n'; }
+
+/* Decodes UTF-8; an invalid byte becomes one "code point" 0xDC00 + byte
+ * (matched as "other", its byte kept). cp/off: [len + 1]. */
+static int64_t utf8_decode(const unsigned char *s, int64_t len, uint32_t *cp,
+                           int64_t *off) {
+    int64_t n = 0, i = 0;
+    while (i < len) {
+        unsigned char b = s[i];
+        int k = b < 0x80 ? 1 : (b >> 5) == 6 ? 2 : (b >> 4) == 14 ? 3
+                : (b >> 3) == 30 ? 4 : 0;
+        uint32_t c = k == 1 ? b : k == 2 ? b & 31u : k == 3 ? b & 15u : b & 7u;
+        int ok = k > 0 && i + k <= len;
+        for (int j = 1; ok && j < k; j++) {
+            ok = (s[i + j] & 0xC0) == 0x80;
+            c = (c << 6) | (s[i + j] & 63u);
+        }
+        if (ok && ((k == 2 && c < 0x80) || (k == 3 && c < 0x800) ||
+                   (k == 4 && (c < 0x10000 || c > 0x10FFFF)) ||
+                   (c >= 0xD800 && c <= 0xDFFF)))
+            ok = 0;
+        if (!ok) k = 1, c = 0xDC00u + b;
+        off[n] = i;
+        cp[n++] = c;
+        i += k;
+    }
+    off[n] = len;
+    return n;
+}
+
+/* ---- pre-tokenizer regexes ---------------------------------------------- */
+
+/* 's 't 're 've 'm 'll 'd at i (ci: case-insensitive); 0 if none. */
+static int64_t contraction(const uint32_t *c, int64_t i, int64_t n, int ci) {
+    if (c[i] != '\'' || i + 1 >= n) return 0;
+    uint32_t a = c[i + 1], b = i + 2 < n ? c[i + 2] : 0;
+    if (ci) {
+        a = a < 128 ? (a | 32) : a;
+        b = b < 128 ? (b | 32) : b;
+    }
+    if (a == 's' || a == 't' || a == 'm' || a == 'd') return 2;
+    if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') ||
+        (a == 'l' && b == 'l'))
+        return 3;
+    return 0;
+}
+
+static int is_other(uint32_t c) { return !is_S(c) && !is_L(c) && !is_N(c); }
+
+/* \s+(?!\S) then \s+ (the two whitespace alternatives). */
+static int64_t ws_tail(const uint32_t *c, int64_t i, int64_t n) {
+    int64_t k = i;
+    while (k < n && is_S(c[k])) k++;
+    if (k == i) return 0;
+    if (k == n || k - i == 1) return k - i;
+    return k - i - 1;
+}
+
+/* GPT-2: 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|
+ * \s+(?!\S)|\s+ */
+static int64_t match_gpt2(const uint32_t *c, int64_t i, int64_t n) {
+    int64_t m = contraction(c, i, n, 0);
+    if (m) return m;
+    int64_t j = i + (c[i] == ' ' && i + 1 < n);
+    int (*cls[3])(uint32_t) = {is_L, is_N, is_other};
+    for (int a = 0; a < 3; a++) {
+        int64_t k = j;
+        while (k < n && cls[a](c[k])) k++;
+        if (k > j) return k - i;
+        /* without the optional space */
+        if (j != i) {
+            k = i;
+            while (k < n && cls[a](c[k])) k++;
+            if (k > i) return k - i;
+        }
+    }
+    return ws_tail(c, i, n);
+}
+
+/* Llama 3 (digits = 3) / Qwen2 (digits = 1):
+ * (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,D}|
+ *  ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+ */
+static int64_t match_llama3(const uint32_t *c, int64_t i, int64_t n,
+                            int digits) {
+    int64_t m = contraction(c, i, n, 1);
+    if (m) return m;
+    int64_t j = i + (!is_nl(c[i]) && !is_L(c[i]) && !is_N(c[i]) && i + 1 < n &&
+                     is_L(c[i + 1]));
+    int64_t k = j;
+    while (k < n && is_L(c[k])) k++;
+    if (k > j) return k - i;
+    k = i;
+    while (k < n && k - i < digits && is_N(c[k])) k++;
+    if (k > i) return k - i;
+    j = i + (c[i] == ' ' && i + 1 < n && is_other(c[i + 1]));
+    k = j;
+    while (k < n && is_other(c[k])) k++;
+    if (k > j) {
+        while (k < n && is_nl(c[k])) k++;
+        return k - i;
+    }
+    k = i;
+    int64_t last_nl = -1;
+    while (k < n && is_S(c[k])) {
+        if (is_nl(c[k])) last_nl = k;
+        k++;
+    }
+    if (last_nl >= 0) return last_nl + 1 - i;
+    return ws_tail(c, i, n);
+}
+
+/* ---- construction ------------------------------------------------------- */
+
+static void byte_symbols(xent_tokenizer *t) {
+    int next = 256;
+    for (int i = 0; i < 324; i++) t->unsym[i] = -1;
+    for (int b = 0; b < 256; b++) {
+        int keep = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) ||
+                   (b >= 174 && b <= 255);
+        int cp = keep ? b : next++;
+        t->unsym[cp] = (int16_t)b;
+        if (cp < 128) {
+            t->sym[b][0] = (char)cp;
+            t->sym[b][1] = 0;
+        } else {
+            t->sym[b][0] = (char)(0xC0 | (cp >> 6));
+            t->sym[b][1] = (char)(0x80 | (cp & 63));
+            t->sym[b][2] = 0;
+        }
+    }
+}
+
+void xent_tokenizer_free(xent_tokenizer *t) {
+    if (!t) return;
+    for (int64_t i = 0; t->tok && i < t->n; i++) free(t->tok[i]);
+    for (int64_t i = 0; t->merge && i < t->n_merges; i++) free(t->merge[i]);
+    free(t->tok), free(t->type), free(t->merge), free(t->special);
+    map_free(&t->vocab);
+    map_free(&t->ranks);
+    free(t);
+}
+
+static int pre_kind(const char *pre) {
+    if (!strcmp(pre, "smollm") || !strcmp(pre, "starcoder") ||
+        !strcmp(pre, "refact"))
+        return PRE_SMOLLM;
+    if (!strcmp(pre, "llama-bpe") || !strcmp(pre, "llama3") ||
+        !strcmp(pre, "smaug-bpe"))
+        return PRE_LLAMA3;
+    if (!strcmp(pre, "qwen2")) return PRE_QWEN2;
+    return PRE_GPT2;
+}
+
+xent_status xent__tokenizer_new(char **tokens, const size_t *tok_len,
+                                int64_t n, char **merges,
+                                const size_t *merge_len, int64_t nm,
+                                const int32_t *types, const char *pre,
+                                xent_tokenizer **out) {
+    xent_tokenizer *t = calloc(1, sizeof *t);
+    if (!t) return xent__fail(XENT_ERR_ALLOC, "tokenizer");
+    t->n = n;
+    t->n_merges = nm;
+    t->tok = calloc((size_t)n + 1, sizeof *t->tok);
+    t->type = calloc((size_t)n + 1, sizeof *t->type);
+    t->merge = calloc((size_t)nm + 1, sizeof *t->merge);
+    t->special = calloc((size_t)n + 1, sizeof *t->special);
+    int ok = t->tok && t->type && t->merge && t->special &&
+             map_init(&t->vocab, n) && map_init(&t->ranks, nm);
+    for (int64_t i = 0; ok && i < n; i++) {
+        t->tok[i] = malloc(tok_len[i] + 1);
+        ok = t->tok[i] != NULL;
+        if (!ok) break;
+        memcpy(t->tok[i], tokens[i], tok_len[i]);
+        t->tok[i][tok_len[i]] = 0;
+        t->type[i] = types ? types[i] : 1;
+        ok = map_put(&t->vocab, tokens[i], tok_len[i], i);
+        if ((t->type[i] == 3 || t->type[i] == 4) && tok_len[i] > 0)
+            t->special[t->n_special++] = i;
+    }
+    for (int64_t i = 0; ok && i < nm; i++) {
+        t->merge[i] = malloc(merge_len[i] + 1);
+        ok = t->merge[i] != NULL;
+        if (!ok) break;
+        memcpy(t->merge[i], merges[i], merge_len[i]);
+        t->merge[i][merge_len[i]] = 0;
+        ok = map_put(&t->ranks, merges[i], merge_len[i], i);
+    }
+    if (!ok) {
+        xent_tokenizer_free(t);
+        return xent__fail(XENT_ERR_ALLOC, "tokenizer: %lld tokens",
+                          (long long)n);
+    }
+    /* longest special tokens first (longest match wins) */
+    for (int64_t i = 1; i < t->n_special; i++)
+        for (int64_t j = i; j > 0 && strlen(t->tok[t->special[j - 1]]) <
+                                         strlen(t->tok[t->special[j]]); j--) {
+            int64_t x = t->special[j];
+            t->special[j] = t->special[j - 1];
+            t->special[j - 1] = x;
+        }
+    byte_symbols(t);
+    snprintf(t->pre_name, sizeof t->pre_name, "%s", pre ? pre : "default");
+    t->pre = pre_kind(t->pre_name);
+    *out = t;
+    return XENT_OK;
+}
+
+int64_t xent_tokenizer_vocab(const xent_tokenizer *tk) { return tk ? tk->n : 0; }
+const char *xent_tokenizer_pre(const xent_tokenizer *tk) {
+    return tk ? tk->pre_name : "";
+}
+const char *xent_tokenizer_token(const xent_tokenizer *tk, int64_t id) {
+    return (tk && id >= 0 && id < tk->n) ? tk->tok[id] : NULL;
+}
+int64_t xent__tokenizer_n_merges(const xent_tokenizer *tk) {
+    return tk->n_merges;
+}
+const char *xent__tokenizer_merge(const xent_tokenizer *tk, int64_t i) {
+    return tk->merge[i];
+}
+int32_t xent__tokenizer_type(const xent_tokenizer *tk, int64_t i) {
+    return tk->type[i];
+}
+
+/* ---- encoding ----------------------------------------------------------- */
+
+typedef struct {
+    int32_t *ids;
+    int64_t n, cap;
+} idvec;
+
+static int push(idvec *v, int32_t id) {
+    if (v->n == v->cap) {
+        int64_t c = v->cap ? v->cap * 2 : 256;
+        int32_t *p = realloc(v->ids, (size_t)c * sizeof *p);
+        if (!p) return 0;
+        v->ids = p, v->cap = c;
+    }
+    v->ids[v->n++] = id;
+    return 1;
+}
+
+/* BPE of one pre-token chunk (raw bytes s[0..len)). */
+static xent_status bpe_chunk(const xent_tokenizer *t, const unsigned char *s,
+                             int64_t len, idvec *out) {
+    /* symbols: each a string; kept as offsets into one buffer */
+    size_t cap = (size_t)len * 2 + 1;
+    char *buf = malloc(cap);                          /* symbol bytes      */
+    int64_t *st = malloc((size_t)(len + 1) * sizeof *st); /* [len] starts */
+    int64_t *ln = malloc((size_t)(len + 1) * sizeof *ln); /* [len] lengths*/
+    char *key = malloc(cap + 2);
+    if (!buf || !st || !ln || !key) {
+        free(buf), free(st), free(ln), free(key);
+        return xent__fail(XENT_ERR_ALLOC, "tokenizer: chunk");
+    }
+    int64_t ns = 0, pos = 0;
+    for (int64_t i = 0; i < len; i++) {
+        const char *y = t->sym[s[i]];
+        size_t k = strlen(y);
+        memcpy(buf + pos, y, k);
+        pos += (int64_t)k;
+    }
+    /* Llama 3's tokenizer ignores merges for a chunk that is a token */
+    buf[pos] = 0;
+    int64_t whole = t->pre == PRE_LLAMA3 && pos > 0
+                        ? map_get(&t->vocab, buf, (size_t)pos)
+                                         : -1;
+    if (whole >= 0) {
+        xent_status rc = push(out, (int32_t)whole)
+                             ? XENT_OK
+                             : xent__fail(XENT_ERR_ALLOC, "tokenizer: ids");
+        free(buf), free(st), free(ln), free(key);
+        return rc;
+    }
+    pos = 0;
+    for (int64_t i = 0; i < len; i++) {
+        const char *y = t->sym[s[i]];
+        size_t k = strlen(y);
+        memcpy(buf + pos, y, k);
+        st[ns] = pos;
+        ln[ns++] = (int64_t)k;
+        pos += (int64_t)k;
+    }
+    for (;;) {
+        int64_t best = -1, bi = -1;
+        for (int64_t i = 0; i + 1 < ns; i++) {
+            memcpy(key, buf + st[i], (size_t)ln[i]);
+            key[ln[i]] = ' ';
+            memcpy(key + ln[i] + 1, buf + st[i + 1], (size_t)ln[i + 1]);
+            int64_t r = map_get(&t->ranks, key, (size_t)(ln[i] + 1 + ln[i + 1]));
+            if (r >= 0 && (best < 0 || r < best)) best = r, bi = i;
+        }
+        if (best < 0) break;
+        /* symbols are contiguous in buf: merging = extending the length */
+        ln[bi] += ln[bi + 1];
+        for (int64_t i = bi + 1; i + 1 < ns; i++) st[i] = st[i + 1], ln[i] = ln[i + 1];
+        ns--;
+    }
+    xent_status rc = XENT_OK;
+    for (int64_t i = 0; i < ns && !rc; i++) {
+        int64_t id = map_get(&t->vocab, buf + st[i], (size_t)ln[i]);
+        if (id < 0)
+            rc = xent__fail(XENT_ERR_VALUE, "tokenizer: symbol '%.*s' is not "
+                            "in the vocabulary", (int)ln[i], buf + st[i]);
+        else if (!push(out, (int32_t)id))
+            rc = xent__fail(XENT_ERR_ALLOC, "tokenizer: ids");
+    }
+    free(buf), free(st), free(ln), free(key);
+    return rc;
+}
+
+/* Pre-tokenizes and encodes a piece without special tokens. */
+static xent_status encode_piece(const xent_tokenizer *t, const unsigned char *s,
+                                int64_t len, idvec *out) {
+    if (len == 0) return XENT_OK;
+    uint32_t *cp = malloc((size_t)(len + 1) * sizeof *cp);  /* [len] */
+    int64_t *off = malloc((size_t)(len + 1) * sizeof *off); /* [len+1] */
+    if (!cp || !off) {
+        free(cp), free(off);
+        return xent__fail(XENT_ERR_ALLOC, "tokenizer: piece");
+    }
+    int64_t n = utf8_decode(s, len, cp, off);
+    xent_status st = XENT_OK;
+    int64_t i = 0;
+    while (i < n && !st) {
+        int64_t end = n;
+        if (t->pre == PRE_SMOLLM) {
+            /* Digits(individual) first: a digit is its own chunk, and the
+             * GPT-2 regex runs on the text between digits */
+            if (is_N(cp[i])) {
+                st = bpe_chunk(t, s + off[i], off[i + 1] - off[i], out);
+                i++;
+                continue;
+            }
+            end = i;
+            while (end < n && !is_N(cp[end])) end++;
+        }
+        int64_t m;
+        if (t->pre == PRE_LLAMA3) m = match_llama3(cp, i, end, 3);
+        else if (t->pre == PRE_QWEN2) m = match_llama3(cp, i, end, 1);
+        else m = match_gpt2(cp, i, end);
+        if (m <= 0) m = 1;
+        st = bpe_chunk(t, s + off[i], off[i + m] - off[i], out);
+        i += m;
+    }
+    free(cp), free(off);
+    return st;
+}
+
+xent_status xent_tokenize(const xent_tokenizer *t, const char *text,
+                          size_t len, int32_t **ids, int64_t *n) {
+    if (!t || (!text && len) || !ids || !n)
+        return xent__fail(XENT_ERR_NULL, "tokenize: NULL argument");
+    idvec v = {0};
+    const unsigned char *s = (const unsigned char *)text;
+    size_t start = 0, i = 0;
+    xent_status st = XENT_OK;
+    while (i < len && !st) {
+        int64_t hit = -1;
+        size_t hl = 0;
+        for (int64_t k = 0; k < t->n_special; k++) {
+            const char *sp = t->tok[t->special[k]];
+            size_t l = strlen(sp);
+            if (l <= len - i && !memcmp(s + i, sp, l)) {
+                hit = t->special[k];
+                hl = l;
+                break;
+            }
+        }
+        if (hit < 0) {
+            i++;
+            continue;
+        }
+        st = encode_piece(t, s + start, (int64_t)(i - start), &v);
+        if (!st && !push(&v, (int32_t)hit))
+            st = xent__fail(XENT_ERR_ALLOC, "tokenizer: ids");
+        i += hl;
+        start = i;
+    }
+    if (!st) st = encode_piece(t, s + start, (int64_t)(len - start), &v);
+    if (st) {
+        free(v.ids);
+        return st;
+    }
+    if (!v.ids) v.ids = malloc(sizeof *v.ids);
+    *ids = v.ids;
+    *n = v.n;
+    return XENT_OK;
+}
+
+xent_status xent_detokenize(const xent_tokenizer *t, const int32_t *ids,
+                            int64_t n, char **text, size_t *len) {
+    if (!t || (!ids && n) || !text)
+        return xent__fail(XENT_ERR_NULL, "detokenize: NULL argument");
+    size_t cap = 1;
+    for (int64_t i = 0; i < n; i++) {
+        if (ids[i] < 0 || ids[i] >= t->n)
+            return xent__fail(XENT_ERR_LABEL, "ids[%lld] = %d is outside [0, "
+                              "%lld)", (long long)i, ids[i], (long long)t->n);
+        cap += strlen(t->tok[ids[i]]);
+    }
+    char *o = malloc(cap);
+    if (!o) return xent__fail(XENT_ERR_ALLOC, "detokenize");
+    size_t k = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const unsigned char *s = (const unsigned char *)t->tok[ids[i]];
+        int special = t->type[ids[i]] == 3 || t->type[ids[i]] == 4;
+        size_t l = strlen((const char *)s);
+        for (size_t j = 0; j < l;) {
+            uint32_t c = s[j];
+            size_t w = 1;
+            if ((c >> 5) == 6 && j + 1 < l) c = ((c & 31u) << 6) | (s[j + 1] & 63u), w = 2;
+            if (!special && c < 324 && t->unsym[c] >= 0) {
+                o[k++] = (char)t->unsym[c];
+                j += w;
+            } else {
+                o[k++] = (char)s[j++]; /* copy the raw byte */
+            }
+        }
+    }
+    o[k] = 0;
+    *text = o;
+    if (len) *len = k;
+    return XENT_OK;
+}
