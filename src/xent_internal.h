@@ -15,6 +15,16 @@ xent_status xent__fail(xent_status s, const char *fmt, ...)
 /* Clears the thread's message (called at the start of public entry points
  * is not required: the message is only meaningful after a failure). */
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* Checks every field of the cross-entropy options for a call over V
+ * columns (src/cpu/ce.c); the CPU and CUDA entry points share it. */
+xent_status xent__ce_check_opts(const xent_ce_opts *o, int64_t V);
+#ifdef __cplusplus
+}
+#endif
+
 /* Number of worker threads for a request (0 = XENT_NUM_THREADS env, else all
  * online cores), clamped to [1, 256]. */
 int xent__threads(int requested);

@@ -1,5 +1,6 @@
 /* tests/test_core.c: dtype conversions and status strings. */
 #include "harness.h"
+#include "model/precision.h"
 #include "xent.h"
 
 #include <float.h>
@@ -34,6 +35,8 @@ TEST(core_f16_bf16_conversions) {
         double wb = round_ref(f, 7, -126, 0x1.FEp127);
         CHECK(b == wb || (b == 0 && wb == 0), "bf16(%a) = %a, want %a", f, b, wb);
         CHECK(xent_f32_to_f16(f) == xent_f64_to_f16((double)f), "f32 and f64 paths differ at %a", f);
+        float rt = xent_round_to(f, XENT_F16);
+        CHECK(rt == h || (isnan(rt) && isnan(h)), "xent_round_to(%a, f16) = %a, want %a", f, rt, h);
         CHECK_LIMIT(10);
     }
     CHECK(isnan(xent_f16_to_f32(xent_f32_to_f16(NAN))) && isnan(xent_bf16_to_f32(xent_f32_to_bf16(NAN))), "NaN lost");

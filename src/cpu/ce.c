@@ -752,7 +752,7 @@ static int is_float_dtype(xent_dtype t) {
     return t == XENT_F32 || t == XENT_BF16 || t == XENT_F16;
 }
 
-static xent_status check_opts(const xent_ce_opts *o, int64_t V) {
+xent_status xent__ce_check_opts(const xent_ce_opts *o, int64_t V) {
     if (!(isfinite(o->temperature) && o->temperature > 0))
         return xent__fail(XENT_ERR_VALUE, "opts.temperature = %g must be finite and > 0", o->temperature);
     if (!(isfinite(o->softcap) && o->softcap >= 0))
@@ -816,7 +816,7 @@ static xent_status check_input(const xent_ce_input *in, const xent_ce_opts *o) {
         for (int64_t r = 0; r < in->T; r++)
             if (!isfinite(in->grad_rows[r]))
                 return xent__fail(XENT_ERR_VALUE, "grad_rows[%lld] = %g is not finite", (long long)r, (double)in->grad_rows[r]);
-    xent_status s = check_opts(o, in->V);
+    xent_status s = xent__ce_check_opts(o, in->V);
     if (s) return s;
     return check_labels(in, o, vocab_total_of(o, in->V));
 }
@@ -1112,7 +1112,7 @@ xent_status xent_ce_combine(const xent_ce_partial *parts, int S,
     xent_ce_opts o = *opts;
     o.vocab_start = 0;
     o.vocab_total = total;
-    xent_status s = check_opts(&o, total);
+    xent_status s = xent__ce_check_opts(&o, total);
     if (s) return s;
     s = check_labels(in, &o, total);
     if (s) return s;

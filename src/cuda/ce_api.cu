@@ -5,10 +5,12 @@
 
 #include <cuda_runtime.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 extern "C" xent_status xent__fail(xent_status s, const char *fmt, ...);
+extern "C" xent_status xent__ce_check_opts(const xent_ce_opts *o, int64_t V); /* src/cpu/ce.c */
 
 static thread_local int g_check_labels = 1;
 
@@ -50,54 +52,19 @@ extern "C" int xent_cuda_set_label_check(int on) {
 /* Argument checks                                                     */
 /* ------------------------------------------------------------------ */
 
-static void xc_default_opts(xent_ce_opts *o) {
-    o->ignore_index = -100;
-    o->reduction = XENT_REDUCE_MEAN;
-    o->normalizer = 0;
-    o->temperature = 1;
-    o->softcap = 0;
-    o->z_loss = 0;
-    o->label_smoothing = 0;
-    o->grad_scale = 1;
-    o->vocab_start = 0;
-    o->vocab_total = 0;
-    o->threads = 0;
-}
+static void xc_default_opts(xent_ce_opts *o) { xent_ce_opts_init(o); }
 
 static int xc_is_float(xent_dtype t) {
     return t == XENT_F32 || t == XENT_BF16 || t == XENT_F16;
 }
 
+/* The CPU's option checks, with the entry point's name in front. */
 static xent_status xc_check_opts(const char *fn, const xent_ce_opts *o, int64_t V) {
-    if (!(isfinite(o->temperature) && o->temperature > 0))
-        return xent__fail(XENT_ERR_VALUE, "%s: opts.temperature = %g must be finite and > 0",
-                          fn, o->temperature);
-    if (!(isfinite(o->softcap) && o->softcap >= 0))
-        return xent__fail(XENT_ERR_VALUE, "%s: opts.softcap = %g must be finite and >= 0", fn,
-                          o->softcap);
-    if (!(o->label_smoothing >= 0 && o->label_smoothing <= 1))
-        return xent__fail(XENT_ERR_VALUE, "%s: opts.label_smoothing = %g is outside [0, 1]",
-                          fn, o->label_smoothing);
-    if (!isfinite(o->z_loss))
-        return xent__fail(XENT_ERR_VALUE, "%s: opts.z_loss = %g must be finite", fn, o->z_loss);
-    if (!isfinite(o->grad_scale))
-        return xent__fail(XENT_ERR_VALUE, "%s: opts.grad_scale = %g must be finite", fn,
-                          o->grad_scale);
-    if (!(isfinite(o->normalizer) && o->normalizer >= 0))
-        return xent__fail(XENT_ERR_VALUE, "%s: opts.normalizer = %g must be finite and >= 0",
-                          fn, o->normalizer);
-    if ((unsigned)o->reduction > XENT_REDUCE_MEAN)
-        return xent__fail(XENT_ERR_VALUE, "%s: opts.reduction = %d is not NONE, SUM or MEAN", fn,
-                          (int)o->reduction);
-    if (o->vocab_start < 0)
-        return xent__fail(XENT_ERR_VALUE, "%s: opts.vocab_start = %lld must be >= 0", fn,
-                          (long long)o->vocab_start);
-    int64_t total = o->vocab_total ? o->vocab_total : V;
-    if (o->vocab_total < 0 || o->vocab_start + V > total)
-        return xent__fail(XENT_ERR_SHAPE,
-                          "%s: opts.vocab_start + V = %lld exceeds opts.vocab_total = %lld", fn,
-                          (long long)(o->vocab_start + V), (long long)total);
-    return XENT_OK;
+    xent_status st = xent__ce_check_opts(o, V);
+    if (st == XENT_OK) return st;
+    char msg[768];
+    snprintf(msg, sizeof msg, "%s", xent_last_error());
+    return xent__fail(st, "%s: %s", fn, msg);
 }
 
 /* need_logits: the call reads in->logits (all but combine). */
