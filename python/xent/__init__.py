@@ -7,15 +7,21 @@ was built with it); see docs/python.md.
     loss = xent.cross_entropy(logits, labels)          # torch: autograd
     lp = xent.logprobs(logits, labels)                 # forward only
     loss, grad = xent.cross_entropy_grad(x, y)         # NumPy gradient
+    adv, info = xent.group_advantages(rewards, group_ids)  # RL (docs/python.md)
 """
 import sys
 
 from . import _capi
 from ._capi import XentError, XentTypeError, abi_mismatches
 
+from ._rl import (group_advantages, batch_normalize, policy_loss, kl,
+                  rl_diagnostics, check_logprobs)
+
 __all__ = ["cross_entropy", "cross_entropy_grad", "logprobs",
            "CrossEntropyLoss", "XentError", "XentTypeError", "version",
-           "library_path", "cuda_available", "abi_mismatches"]
+           "library_path", "cuda_available", "abi_mismatches",
+           "group_advantages", "batch_normalize", "policy_loss", "kl",
+           "rl_diagnostics", "check_logprobs"]
 __version__ = "0.1.0"
 
 

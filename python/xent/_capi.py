@@ -80,6 +80,86 @@ class CePartial(ctypes.Structure):
 STRUCTS = {"xent_ce_opts": CeOpts, "xent_ce_input": CeInput,
            "xent_ce_stats": CeStats, "xent_ce_output": CeOutput,
            "xent_ce_partial": CePartial}
+
+
+# RL structs (include/xent/rl.h); enums are C ints.
+
+
+class RlAdvOpts(ctypes.Structure):
+    _fields_ = [("std", c_int), ("eps", c_dbl), ("subtract_mean", c_int)]
+
+
+class RlGroups(ctypes.Structure):
+    _fields_ = [("n", c_i64), ("ngroups", c_i64), ("offsets", c_vp),
+                ("ids", c_vp)]
+
+
+class RlAdvStats(ctypes.Structure):
+    _fields_ = [("n_groups", c_i64), ("n_zero_var", c_i64),
+                ("n_singleton", c_i64), ("n_empty", c_i64)]
+
+
+class RlBatchOpts(ctypes.Structure):
+    _fields_ = [("kind", c_int), ("std", c_int), ("subtract_mean", c_int),
+                ("eps", c_dbl)]
+
+
+class RlBatchStats(ctypes.Structure):
+    _fields_ = [("n_counted", c_i64), ("mean", c_dbl), ("scale", c_dbl),
+                ("degenerate", c_int)]
+
+
+class RlLossOpts(ctypes.Structure):
+    _fields_ = [("loss", c_int), ("eps_low", c_dbl), ("eps_high", c_dbl),
+                ("dual_clip", c_dbl), ("log_ratio_clamp", c_dbl),
+                ("agg", c_int), ("token_norm", c_dbl), ("seq_norm", c_dbl),
+                ("tis", c_int), ("tis_mode", c_int), ("tis_cap", c_dbl),
+                ("kl", c_int), ("kl_coef", c_dbl),
+                ("zero_run_limit", c_i64)]
+
+
+class RlInput(ctypes.Structure):
+    _fields_ = [("T", c_i64), ("nseq", c_i64), ("offsets", c_vp),
+                ("lp_new", c_vp), ("lp_old", c_vp), ("lp_sampler", c_vp),
+                ("lp_ref", c_vp), ("advantages", c_vp),
+                ("adv_layout", c_int), ("mask", c_vp)]
+
+
+class RlLossStats(ctypes.Structure):
+    _fields_ = [("loss", c_dbl), ("n_tokens", c_i64), ("n_seqs", c_i64),
+                ("n_clamped", c_i64), ("n_clip_low", c_i64),
+                ("n_clip_high", c_i64), ("n_dual_clip", c_i64),
+                ("n_tis_clamped", c_i64), ("n_tis_truncated", c_i64),
+                ("n_tis_masked", c_i64), ("n_kl_clamped", c_i64),
+                ("kl_mean", c_dbl)]
+
+
+class RlDiag(ctypes.Structure):
+    _fields_ = [("n_tokens", c_i64), ("clip_frac_low", c_dbl),
+                ("clip_frac_high", c_dbl), ("ratio_min", c_dbl),
+                ("ratio_mean", c_dbl), ("ratio_max", c_dbl),
+                ("ratio_frac_out", c_dbl), ("n_ratio_clamped", c_i64),
+                ("has_weights", c_int), ("ess_frac", c_dbl),
+                ("chi2", c_dbl), ("mismatch_kl_k1", c_dbl),
+                ("mismatch_kl_k3", c_dbl), ("weight_max", c_dbl),
+                ("n_weight_clamped", c_i64)]
+
+
+class RlLpReport(ctypes.Structure):
+    _fields_ = [("n_checked", c_i64), ("n_nan", c_i64), ("first_nan", c_i64),
+                ("n_positive", c_i64), ("first_positive", c_i64),
+                ("n_neg_inf", c_i64), ("first_neg_inf", c_i64),
+                ("n_zero_runs", c_i64), ("first_zero_run", c_i64),
+                ("longest_zero_run", c_i64)]
+
+
+STRUCTS.update({"xent_rl_adv_opts": RlAdvOpts, "xent_rl_groups": RlGroups,
+                "xent_rl_adv_stats": RlAdvStats,
+                "xent_rl_batch_opts": RlBatchOpts,
+                "xent_rl_batch_stats": RlBatchStats,
+                "xent_rl_loss_opts": RlLossOpts, "xent_rl_input": RlInput,
+                "xent_rl_loss_stats": RlLossStats, "xent_rl_diag": RlDiag,
+                "xent_rl_lp_report": RlLpReport})
 STATS_DOUBLES = ctypes.sizeof(CeStats) // 8      # 2 doubles per row
 PARTIAL_WORDS = ctypes.sizeof(CePartial) // 8    # 6 8-byte words per row
 
@@ -98,7 +178,27 @@ _SIGNATURES = {
     "xent_ce_shard_stats": (c_int, [_P(CeInput), _P(CeOpts), c_vp]),
     "xent_ce_combine": (c_int, [c_vp, c_int, _P(CeInput), _P(CeOpts),
                                 _P(CeOutput)]),
+    "xent_rl_adv_opts_init": (None, [_P(RlAdvOpts)]),
+    "xent_rl_batch_opts_init": (None, [_P(RlBatchOpts)]),
+    "xent_rl_loss_opts_init": (None, [_P(RlLossOpts)]),
 }
+# The RL calls: CPU argtypes; the CUDA twin (xent_cuda_rl_*) adds a stream.
+_RL_ARGS = {
+    "group_advantages": [c_vp, _P(RlGroups), _P(RlAdvOpts), c_vp, c_vp, c_vp,
+                         _P(RlAdvStats)],
+    "batch_normalize": [c_vp, c_i64, c_vp, _P(RlBatchOpts), c_vp,
+                        _P(RlBatchStats)],
+    "policy_loss": [_P(RlInput), _P(RlLossOpts), c_vp, c_vp,
+                    _P(RlLossStats)],
+    "kl_estimate": [c_int, c_vp, c_vp, c_i64, c_vp, c_dbl, c_vp, c_vp,
+                    _P(c_i64)],
+    "diagnostics": [_P(RlInput), _P(RlLossOpts), _P(RlDiag)],
+    "check_logprobs": [ctypes.c_char_p, c_vp, c_i64, c_vp, c_i64, c_vp, c_int,
+                       c_i64, _P(RlLpReport)],
+}
+for _k, _a in _RL_ARGS.items():
+    _SIGNATURES["xent_rl_" + _k] = (c_int, _a)
+    _SIGNATURES["xent_cuda_rl_" + _k] = (c_int, _a + [c_vp])
 
 
 def _candidates():
