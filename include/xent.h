@@ -116,7 +116,7 @@ typedef struct xent_ce_opts {
     double normalizer;        /* default 0 (= count of counted rows)         */
     double temperature;       /* default 1; must be finite and > 0           */
     double softcap;           /* default 0 (off); >= 0                       */
-    double z_loss;            /* default 0; coefficient k of k * lse^2       */
+    double z_loss;            /* default 0; coefficient k >= 0 of k * lse^2  */
     double label_smoothing;   /* default 0; in [0, 1]                        */
     double grad_scale;        /* default 1: dL_outer / d(loss) (upstream g)  */
     int64_t vocab_start;      /* default 0: global index of column 0         */
@@ -168,7 +168,10 @@ typedef struct xent_ce_output {
     /* Diagnostics, written on success (ignored if the pointer is NULL):     */
     int64_t *n_counted;    /* rows with a target (not ignore_index)          */
     int64_t *n_nonfinite;  /* rows with a NaN or infinite logit: their
-                              outputs (and gradient row) are NaN             */
+                              lse, entropy and (when counted) nll, logprob,
+                              loss and gradient row are NaN; an ignored row
+                              keeps loss 0 and a zero gradient, and a row
+                              whose upstream gradient is 0 a zero gradient  */
 } xent_ce_output;
 
 /* Forward, and the gradient when out->grad is set, in one call, over whole

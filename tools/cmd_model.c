@@ -225,6 +225,11 @@ static int do_loss(const xent_model *m, const margs *a) {
     int64_t n;
     int rc = tokens_of(m, a, &ids, &n);
     if (rc) return rc;
+    if (n < 2) {
+        fprintf(stderr, "xent model loss: the text gives %lld token(s); at least 2 are needed\n", (long long)n);
+        free(ids);
+        return 1;
+    }
     int64_t S = a->seq > 0 && a->seq < n ? a->seq : n, B = n / S;
     double secs, loss;
     rc = run_once(m, ids, B, S, (int)a->threads, 1, &secs, &loss);
@@ -255,6 +260,11 @@ static int do_dump(const xent_model *m, const margs *a) {
     int64_t n;
     int rc = tokens_of(m, a, &ids, &n);
     if (rc) return rc;
+    if (n < 2) {
+        fprintf(stderr, "xent model dump: the text gives %lld token(s); at least 2 are needed\n", (long long)n);
+        free(ids);
+        return 1;
+    }
     int64_t S = a->seq > 0 && a->seq < n ? a->seq : n, B = n / S, T = B * S;
     xent_model_ws *ws = NULL;
     xent_status st = xent_model_ws_new(m, B, S, 1, &ws);

@@ -164,10 +164,21 @@ static int load_offsets(const char *spec, int64_t rows, int64_t cols, rl_data *d
         d->nseq = got - 1;
         return 0;
     }
+    /* one sequence per row; a [R, 0] tensor has no tokens and R can be
+     * anything up to 2^62: bound it before sizing the allocation */
+    if (rows < 0 || rows > ((int64_t)1 << 40)) {
+        fprintf(stderr, "xent rl: %lld rows of log-probs is not supported (at most 2^40)\n",
+                (long long)rows);
+        return 1;
+    }
     d->nseq = rows;
     d->off = malloc((size_t)(rows + 1) * sizeof(int64_t));
-    for (int64_t i = 0; d->off && i <= rows; i++) d->off[i] = i * cols;
-    return d->off == NULL;
+    if (!d->off) {
+        fprintf(stderr, "xent rl: out of memory (%lld offsets)\n", (long long)rows + 1);
+        return 1;
+    }
+    for (int64_t i = 0; i <= rows; i++) d->off[i] = i * cols;
+    return 0;
 }
 
 static int load_all(const rl_args *a, rl_data *d) {

@@ -724,7 +724,11 @@ static grad_row_params grad_params(const xent_ce_stats *st, int counted,
     gp.a = 1.0 + 2.0 * kz * st->lse;
     gp.b = eps / vocab_total;
     double pt = exp(-st->nll);
-    gp.tgrad = expm1(-st->nll) + 2.0 * kz * st->lse * pt + eps * (1.0 - 1.0 / vocab_total);
+    /* (p_t - 1) + eps (1 - 1/V) written as (1 - eps)(p_t - 1) + eps (p_t - 1/V):
+     * the first term is <= 0 and exact to relative u64, the second cancels
+     * only within eps max(p_t, 1/V) u64 (docs/numerics.md) */
+    gp.tgrad = (1.0 - eps) * expm1(-st->nll) + eps * (pt - 1.0 / vocab_total) +
+               2.0 * kz * st->lse * pt;
     return gp;
 }
 
@@ -757,8 +761,8 @@ xent_status xent__ce_check_opts(const xent_ce_opts *o, int64_t V) {
         return xent__fail(XENT_ERR_VALUE, "opts.temperature = %g must be finite and > 0", o->temperature);
     if (!(isfinite(o->softcap) && o->softcap >= 0))
         return xent__fail(XENT_ERR_VALUE, "opts.softcap = %g must be finite and >= 0 (0 = off)", o->softcap);
-    if (!isfinite(o->z_loss))
-        return xent__fail(XENT_ERR_VALUE, "opts.z_loss = %g must be finite", o->z_loss);
+    if (!(isfinite(o->z_loss) && o->z_loss >= 0))
+        return xent__fail(XENT_ERR_VALUE, "opts.z_loss = %g must be finite and >= 0", o->z_loss);
     if (!(o->label_smoothing >= 0 && o->label_smoothing <= 1))
         return xent__fail(XENT_ERR_VALUE, "opts.label_smoothing = %g must be in [0, 1]", o->label_smoothing);
     if (!(isfinite(o->normalizer) && o->normalizer >= 0))

@@ -458,7 +458,7 @@ __device__ __forceinline__ void xc_pass1(const xc_params &k, xc_acc &a,
 /* ------------------------------------------------------------------ */
 
 struct xc_gconst {
-    int kind;       /* 0 compute, 1 zeros, 2 NaN                            */
+    int kind;       /* 0 compute, 1 zeros, 2 NaN, 3 zeros but the target    */
     float R, c2, b, A, B;  /* fast path: g_j = A 2^((z_j - R) c2 - b) + B   */
     double g, lse, A1, E;       /* precise: g * c_j * (A1 p_j - E)          */
     int64_t tl;     /* target column or -1                                  */
@@ -481,8 +481,9 @@ __device__ void xc_grad_consts(const xc_params &k, const xc_row &w, double lse,
     if (w.tl >= 0) {
         double ct = xc_chain(k, (double)zt_raw);
         double pt = exp(-nll);
-        double v = gc.g * ct * (expm1(-nll) + 2.0 * k.z_loss * lse * pt
-                                + k.eps * (1.0 - 1.0 / (double)k.vocab_total));
+        double v = gc.g * ct * ((1.0 - k.eps) * expm1(-nll)
+                                + k.eps * (pt - 1.0 / (double)k.vocab_total)
+                                + 2.0 * k.z_loss * lse * pt);
         gc.tbits = xc_bits_of(v, k.grad_dtype);
     }
     if (fast) {
@@ -498,7 +499,7 @@ __device__ void xc_grad_consts(const xc_params &k, const xc_row &w, double lse,
             gc.A = A < 0 ? -1.f : 1.f;
             gc.B = 0.f;
             gc.b = (float)(b0 - log2(fabs(A)));
-            if (A == 0) gc.kind = 1;
+            if (A == 0) gc.kind = 3; /* the target still has its value */
         } else {
             gc.b = (float)b0;
             gc.A = (float)A;
@@ -544,7 +545,7 @@ __device__ __forceinline__ uint32_t xc_precise_grad1(const xc_params &k,
 }
 
 __device__ __forceinline__ uint32_t xc_const_bits(int kind, int dt) {
-    if (kind == 1) return 0;
+    if (kind == 1 || kind == 3) return 0;
     return dt == XENT_F32 ? 0x7FC00000u : (dt == XENT_BF16 ? 0x7FC0u : 0x7E00u);
 }
 
@@ -570,7 +571,8 @@ __device__ __forceinline__ void xc_pass2(const xc_params &k, const xc_gconst &gc
         const int64_t j0 = (int64_t)c * 8;
         if (gc.kind != 0) {
             uint32_t bits = xc_const_bits(gc.kind, dt);
-            for (int i = 0; i < nv; i++) xc_store_one(grow, j0 + i, dt, bits);
+            for (int i = 0; i < nv; i++)
+                xc_store_one(grow, j0 + i, dt, gc.kind == 3 && j0 + i == gc.tl ? gc.tbits : bits);
             continue;
         }
         float z[8];

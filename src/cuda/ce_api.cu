@@ -245,6 +245,17 @@ static xent_status xc_check_grad(const char *fn, const xent_ce_input *in, const 
     return XENT_OK;
 }
 
+/* xent_cuda_ce and xent_cuda_logprobs work on whole rows, as xent_ce. */
+static xent_status xc_whole_rows(const char *fn, const xent_ce_input *in, const xent_ce_opts *o) {
+    if (o->vocab_start != 0 || (o->vocab_total != 0 && o->vocab_total != in->V))
+        return xent__fail(XENT_ERR_VALUE,
+                          "%s needs whole rows (opts.vocab_start = %lld, opts.vocab_total = %lld, "
+                          "V = %lld); for a vocabulary shard use xent_cuda_ce_shard_stats, "
+                          "xent_cuda_ce_combine and xent_cuda_ce_backward",
+                          fn, (long long)o->vocab_start, (long long)o->vocab_total, (long long)in->V);
+    return XENT_OK;
+}
+
 extern "C" xent_status xent_cuda_ce(const xent_ce_input *in, const xent_ce_opts *opts,
                                     xent_ce_output *out, void *stream) {
     const char *fn = "xent_cuda_ce";
@@ -252,6 +263,7 @@ extern "C" xent_status xent_cuda_ce(const xent_ce_input *in, const xent_ce_opts 
     if (!opts) { xc_default_opts(&d); opts = &d; }
     if (!out) return xent__fail(XENT_ERR_NULL, "%s: out is NULL", fn);
     xent_status st = xc_check_input(fn, in, opts, 1);
+    if (st == XENT_OK) st = xc_whole_rows(fn, in, opts);
     if (st == XENT_OK && out->grad)
         st = xc_check_grad(fn, in, out->grad, out->grad_dtype, out->ld_grad);
     if (st != XENT_OK) return st;
@@ -275,6 +287,7 @@ extern "C" xent_status xent_cuda_logprobs(const xent_ce_input *in, const xent_ce
     xent_ce_opts d;
     if (!opts) { xc_default_opts(&d); opts = &d; }
     xent_status st = xc_check_input(fn, in, opts, 1);
+    if (st == XENT_OK) st = xc_whole_rows(fn, in, opts);
     if (st != XENT_OK || in->T == 0) return st;
     xc_params p = xc_make(in, opts);
     p.mode = XC_MODE_FWD;
@@ -293,7 +306,7 @@ extern "C" xent_status xent_cuda_ce_backward(const xent_ce_input *in, const xent
         st = xent__fail(XENT_ERR_NULL, "%s: stats is NULL", fn);
     if (st == XENT_OK && in->T > 0 && !grad)
         st = xent__fail(XENT_ERR_NULL, "%s: grad is NULL", fn);
-    if (st == XENT_OK) st = xc_check_grad(fn, in, grad, grad_dtype, ld_grad);
+    if (st == XENT_OK && grad) st = xc_check_grad(fn, in, grad, grad_dtype, ld_grad);
     if (st != XENT_OK || in->T == 0) return st;
     cudaStream_t s = (cudaStream_t)stream;
     xc_params p = xc_make(in, opts);
@@ -347,6 +360,21 @@ extern "C" xent_status xent_cuda_ce_combine(const xent_ce_partial *parts, int S,
     if (!opts) { xc_default_opts(&d); opts = &d; }
     if (!out) return xent__fail(XENT_ERR_NULL, "%s: out is NULL", fn);
     if (S < 1) return xent__fail(XENT_ERR_SHAPE, "%s: S = %d must be >= 1", fn, S);
+    if (!in) return xent__fail(XENT_ERR_NULL, "%s: in is NULL", fn);
+    /* as xent_ce_combine: the whole vocabulary, from column 0 */
+    xent_ce_opts o = *opts;
+    o.vocab_start = 0;
+    if (o.vocab_total == 0) {
+        if (S > 1)
+            return xent__fail(XENT_ERR_SHAPE,
+                              "%s: opts.vocab_total = 0: the whole vocabulary size is needed to "
+                              "combine %d shards", fn, S);
+        o.vocab_total = in->V;
+    }
+    opts = &o;
+    xent_ce_input wi = *in;
+    wi.V = o.vocab_total;
+    in = &wi;
     xent_status st = xc_check_input(fn, in, opts, 0);
     if (st == XENT_OK && in->T > 0 && !parts)
         st = xent__fail(XENT_ERR_NULL, "%s: parts is NULL", fn);

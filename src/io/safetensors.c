@@ -122,13 +122,23 @@ static int cmp_begin(const void *a, const void *b) {
 }
 
 /* No two tensors share a byte. */
+static int cmp_name(const void *a, const void *b) {
+    return strcmp((*(const st_entry *const *)a)->name, (*(const st_entry *const *)b)->name);
+}
+
+/* Duplicate names and overlapping data, each in O(n log n) (a hostile
+ * header can hold hundreds of thousands of entries). */
 static xent_status check_overlap(const xent__src *s, st_header *h) {
     if (h->n < 2) return XENT_OK;
     const st_entry **p = malloc((size_t)h->n * sizeof *p);
     if (!p) return xent__fail(XENT_ERR_ALLOC, "%s: out of memory", s->path);
     for (int i = 0; i < h->n; i++) p[i] = &h->e[i];
-    qsort(p, (size_t)h->n, sizeof *p, cmp_begin);
     xent_status st = XENT_OK;
+    qsort(p, (size_t)h->n, sizeof *p, cmp_name);
+    for (int i = 1; i < h->n && !st; i++)
+        if (!strcmp(p[i]->name, p[i - 1]->name))
+            st = xent__fail(XENT_ERR_FORMAT, "%s: duplicate tensor name '%s'", s->path, p[i]->name);
+    qsort(p, (size_t)h->n, sizeof *p, cmp_begin);
     for (int i = 1; i < h->n && !st; i++)
         if (p[i]->begin < p[i - 1]->end)
             st = xent__fail(XENT_ERR_FORMAT, "%s: tensors '%s' and '%s' overlap (data_offsets %lld < %lld)",
@@ -169,9 +179,6 @@ static xent_status parse_entries(const xent__src *s, st_header *h, uint64_t data
         if (h->n == INT32_MAX) return xent__fail(XENT_ERR_FORMAT, "%s: too many tensors", s->path);
         xent_status st = parse_entry(s, j, v, data_size, &h->e[h->n]);
         if (st) return st;
-        for (int k = 0; k < h->n; k++)
-            if (!strcmp(h->e[k].name, h->e[h->n].name))
-                return xent__fail(XENT_ERR_FORMAT, "%s: duplicate tensor name '%s'", s->path, h->e[k].name);
         h->n++;
     }
     return check_overlap(s, h);

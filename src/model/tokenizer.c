@@ -289,7 +289,10 @@ xent_status xent__tokenizer_new(char **tokens, const size_t *tok_len,
         t->tok[i][tok_len[i]] = 0;
         t->type[i] = types ? types[i] : 1;
         ok = map_put(&t->vocab, tokens[i], tok_len[i], i);
-        if ((t->type[i] == 3 || t->type[i] == 4) && tok_len[i] > 0)
+        /* a special token is matched as a C string: one holding a NUL
+         * byte (or empty) could match the empty string and never advance */
+        if ((t->type[i] == 3 || t->type[i] == 4) && tok_len[i] > 0 &&
+            !memchr(tokens[i], 0, tok_len[i]))
             t->special[t->n_special++] = i;
     }
     for (int64_t i = 0; ok && i < nm; i++) {
