@@ -86,6 +86,14 @@ xent_status xent__st_list(const xent__src *s, xent_tensor **out, int *n);
 xent_status xent__npy_load(const xent__src *s, xent_tensor *out);
 
 /* Writers: one safetensors file with all tensors; one .npy file. */
+/* Writers never leave a half-written file, nor remove an existing one on
+ * failure: they write PATH.tmp.XXXXXX beside PATH and rename it over PATH
+ * once complete. xent__tmp_open returns the stream (NULL: failed, message
+ * set) and the temporary name in *tmp; xent__tmp_close closes it and renames
+ * it (ok) or removes it (!ok or a close error), and frees *tmp. */
+FILE *xent__tmp_open(const char *path, char **tmp);
+xent_status xent__tmp_close(FILE *f, char *tmp, const char *path, int ok);
+
 xent_status xent__st_save(const char *path, const xent_tensor *ts, int n);
 xent_status xent__npy_save(const char *path, const xent_tensor *t);
 

@@ -254,18 +254,13 @@ xent_status xent__npy_save(const char *path, const xent_tensor *t) {
     hdr[len++] = '\n';
     unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0,
                              (unsigned char)(len & 0xFF), (unsigned char)(len >> 8)};
-    FILE *f = fopen(path, "wb");
-    if (!f) return xent__fail(XENT_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    char *tmpname = NULL;
+    FILE *f = xent__tmp_open(path, &tmpname);
+    if (!f) return XENT_ERR_IO;
     int ok = fwrite(pre, 1, 10, f) == 10 && fwrite(hdr, 1, (size_t)len, f) == (size_t)len;
     if (ok && t->nbytes) {
         if (t->dtype == XENT_BF16) ok = write_bf16_as_f32(f, t->data, t->nbytes / 2);
         else ok = fwrite(t->data, 1, t->nbytes, f) == t->nbytes;
     }
-    ok = (fclose(f) == 0) && ok;
-    if (!ok) {
-        int err = errno;
-        remove(path);
-        return xent__fail(XENT_ERR_IO, "%s: write failed: %s", path, strerror(err));
-    }
-    return XENT_OK;
+    return xent__tmp_close(f, tmpname, path, ok);
 }

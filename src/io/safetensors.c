@@ -362,22 +362,17 @@ xent_status xent__st_save(const char *path, const xent_tensor *ts, int n) {
     sb_str(&b, "}");
     while (b.n % 8) sb_put(&b, " ", 1); /* data block 8-byte aligned */
     if (b.oom) { free(b.p); return xent__fail(XENT_ERR_ALLOC, "%s: out of memory", path); }
-    FILE *f = fopen(path, "wb");
+    char *tmpname = NULL;
+    FILE *f = xent__tmp_open(path, &tmpname);
     if (!f) {
         free(b.p);
-        return xent__fail(XENT_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+        return XENT_ERR_IO;
     }
     unsigned char len[8];
     write_le64(len, b.n);
     int ok = fwrite(len, 1, 8, f) == 8 && fwrite(b.p, 1, b.n, f) == b.n;
     for (int i = 0; i < n && ok; i++)
         ok = ts[i].nbytes == 0 || fwrite(ts[i].data, 1, ts[i].nbytes, f) == ts[i].nbytes;
-    ok = (fclose(f) == 0) && ok;
     free(b.p);
-    if (!ok) {
-        int err = errno;
-        remove(path);
-        return xent__fail(XENT_ERR_IO, "%s: write failed: %s", path, strerror(err));
-    }
-    return XENT_OK;
+    return xent__tmp_close(f, tmpname, path, ok);
 }

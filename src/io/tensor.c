@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 int64_t xent_tensor_numel(const xent_tensor *t) {
@@ -236,5 +237,38 @@ xent_status xent_tensors_save(const char *path, const xent_tensor *ts, int n) {
         free(p);
         if (st) return st;
     }
+    return XENT_OK;
+}
+
+FILE *xent__tmp_open(const char *path, char **tmp) {
+    size_t n = strlen(path);
+    char *t = malloc(n + 12);
+    if (!t) {
+        xent__fail(XENT_ERR_ALLOC, "%s: out of memory", path);
+        return NULL;
+    }
+    memcpy(t, path, n);
+    memcpy(t + n, ".tmp.XXXXXX", 12);
+    int fd = mkstemp(t);
+    if (fd >= 0) fchmod(fd, 0644); /* mkstemp's 0600 would hide the output */
+    FILE *f = fd >= 0 ? fdopen(fd, "wb") : NULL;
+    if (!f) {
+        int err = errno;
+        if (fd >= 0) { close(fd); remove(t); }
+        free(t);
+        xent__fail(XENT_ERR_IO, "%s: cannot create: %s", path, strerror(err));
+        return NULL;
+    }
+    *tmp = t;
+    return f;
+}
+
+xent_status xent__tmp_close(FILE *f, char *tmp, const char *path, int ok) {
+    int err = ok ? 0 : errno;
+    if (fclose(f) != 0 && ok) { ok = 0; err = errno; }
+    if (ok && rename(tmp, path) != 0) { ok = 0; err = errno; }
+    if (!ok) remove(tmp);
+    free(tmp);
+    if (!ok) return xent__fail(XENT_ERR_IO, "%s: write failed: %s", path, strerror(err));
     return XENT_OK;
 }

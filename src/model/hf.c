@@ -98,6 +98,17 @@ static xent_status hf_config_json(const xent__json *jp, const char *path,
     memcpy(c->arch, mt->str, ml);
     c->arch[ml] = 0;
     if (!strcmp(c->arch, "mistral")) snprintf(c->arch, sizeof c->arch, "llama");
+    /* a numeric key that is present must be a number (null: the default);
+     * never silently fall back to a default on a mistyped value */
+    static const char *num_keys[] = {"hidden_size", "intermediate_size", "num_hidden_layers",
+                                     "num_attention_heads", "num_key_value_heads", "head_dim",
+                                     "vocab_size", "max_position_embeddings", "rope_theta",
+                                     "rms_norm_eps"};
+    for (size_t i = 0; i < sizeof num_keys / sizeof num_keys[0]; i++) {
+        const xent__jnode *n = xent__json_get(&j, r, num_keys[i]);
+        if (n && n->type != XENT__J_NULL && (n->type != XENT__J_NUM || n->len >= 63))
+            return xent__fail(XENT_ERR_FORMAT, "%s: '%s' must be a number", path, num_keys[i]);
+    }
     c->dim = jint(&j, r, "hidden_size", 0);
     c->hidden = jint(&j, r, "intermediate_size", 0);
     c->n_layers = jint(&j, r, "num_hidden_layers", 0);
