@@ -25,6 +25,8 @@ void xt_skip(const char *why);
 int xt_failed(void);          /* CHECKs failed so far in this test          */
 uint64_t xt_seed(void);       /* this test's seed                           */
 int xt_sanitizer(void);       /* 1 under the ASan/UBSan build (go smaller)  */
+/* Path of the xent binary next to the test binary, or NULL if not built. */
+const char *xt_xent_bin(void);
 
 /* xoshiro256** seeded per test. */
 typedef struct { uint64_t s[4]; } xt_rng_t;

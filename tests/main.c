@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 #define XT_MAX_TESTS 4096
 #define XT_MAX_FAIL_LINES 20
@@ -72,6 +73,17 @@ int64_t xt_randint(xt_rng_t *r, int64_t n) {
 }
 
 xt_rng_t *xt_rng(void) { return &g_rng; }
+
+const char *xt_xent_bin(void) {
+    static char buf[1024];
+    ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 8);
+    if (n <= 0) return NULL;
+    buf[n] = '\0';
+    char *slash = strrchr(buf, '/');
+    if (!slash) return NULL;
+    strcpy(slash + 1, "xent");
+    return access(buf, X_OK) == 0 ? buf : NULL;
+}
 
 void xt_poison(void *p, size_t n) { if (p) memset(p, 0xFF, n); }
 

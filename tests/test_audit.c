@@ -509,21 +509,9 @@ TEST(audit_refuses_bad_runs) {
 /* The command line, end to end on a tiny GGUF model                         */
 /* ------------------------------------------------------------------------ */
 
-/* Path of the xent binary next to this executable, or NULL. */
-static const char *xent_bin(void) {
-    static char buf[1024];
-    ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 8);
-    if (n <= 0) return NULL;
-    buf[n] = '\0';
-    char *slash = strrchr(buf, '/');
-    if (!slash) return NULL;
-    strcpy(slash + 1, "xent");
-    return access(buf, X_OK) == 0 ? buf : NULL;
-}
-
 /* Runs `xent audit ARGS > dir/out 2> dir/err`; returns the exit code. */
 static int run_audit(const char *dir, const char *args) {
-    const char *bin = xent_bin();
+    const char *bin = xt_xent_bin();
     if (!bin) return -1;
     char cmd[4096];
     snprintf(cmd, sizeof cmd, "'%s' audit %s > '%s/out' 2> '%s/err'", bin, args,
@@ -550,7 +538,7 @@ static void expect_cli(const char *dir, const char *args, int rc_want,
 }
 
 TEST(audit_cli_end_to_end) {
-    if (!xent_bin()) { xt_skip("no xent binary next to the tests"); return; }
+    if (!xt_xent_bin()) { xt_skip("no xent binary next to the tests"); return; }
     char dir[] = "/tmp/xent_audit_cliXXXXXX";
     if (!mkdtemp(dir)) { CHECK(0, "mkdtemp"); return; }
     xent_model *m = tiny_model(1, 3);

@@ -10,21 +10,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* Path of the xent binary next to this executable, or NULL. */
-static const char *xent_bin(void) {
-    static char buf[1024];
-    ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 8);
-    if (n <= 0) return NULL;
-    buf[n] = '\0';
-    char *slash = strrchr(buf, '/');
-    if (!slash) return NULL;
-    strcpy(slash + 1, "xent");
-    return access(buf, X_OK) == 0 ? buf : NULL;
-}
-
 /* Runs `xent ARGS > dir/stdout 2> dir/stderr`; returns the exit code. */
 static int run_xent(const char *dir, const char *args) {
-    const char *bin = xent_bin();
+    const char *bin = xt_xent_bin();
     if (!bin) return -1;
     char cmd[4096];
     snprintf(cmd, sizeof cmd, "'%s' %s > '%s/stdout' 2> '%s/stderr'", bin, args, dir, dir);
@@ -163,7 +151,7 @@ static void run_case(const cli_case *c) {
 }
 
 TEST(cli_ce_matches_library_bitwise) {
-    if (!xent_bin()) { xt_skip("build/xent not built"); return; }
+    if (!xt_xent_bin()) { xt_skip("build/xent not built"); return; }
     const cli_case cases[] = {
         {XENT_F32, 2, ".safetensors", "", XENT_REDUCE_MEAN, 1, 0, 0, 0, 1, XENT_F32},
         {XENT_BF16, 3, ".safetensors",
@@ -177,7 +165,7 @@ TEST(cli_ce_matches_library_bitwise) {
 }
 
 TEST(cli_ce_exit_codes_and_help) {
-    if (!xent_bin()) { xt_skip("build/xent not built"); return; }
+    if (!xt_xent_bin()) { xt_skip("build/xent not built"); return; }
     char dir[64] = "/tmp/xent_cli_XXXXXX", in[256], args[1024];
     CHECK(mkdtemp(dir) != NULL, "mkdtemp");
     CHECK(run_xent(dir, "ce --help") == 0, "--help exits 0");

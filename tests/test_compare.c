@@ -807,13 +807,8 @@ static int sh(const char *cmd, char *out, size_t cap) {
 }
 
 TEST(compare_cli_binary) {
-    char exe[4096];
-    ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 16);
-    if (k <= 0) { xt_skip("no /proc/self/exe"); return; }
-    exe[k] = 0;
-    char *slash = strrchr(exe, '/');
-    strcpy(slash + 1, "xent");
-    if (access(exe, X_OK)) { xt_skip("xent binary not built"); return; }
+    const char *exe = xt_xent_bin();
+    if (!exe) { xt_skip("xent binary not built"); return; }
     static char out[1 << 16];
     char cmd[8192];
     snprintf(cmd, sizeof cmd, "%s compare --help 2>&1", exe);

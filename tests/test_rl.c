@@ -1215,23 +1215,11 @@ TEST(rl_bad_input_diag_kl) {
 
 /* ---- the `xent rl` command ------------------------------------------------- */
 
-/* Path of the xent binary next to this test binary, or NULL. */
-static const char *rl_xent_bin(void) {
-    static char buf[1024];
-    ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 8);
-    if (n <= 0) return NULL;
-    buf[n] = '\0';
-    char *slash = strrchr(buf, '/');
-    if (!slash) return NULL;
-    strcpy(slash + 1, "xent");
-    return access(buf, X_OK) == 0 ? buf : NULL;
-}
-
 /* Runs `xent rl ARGS` with stdout+stderr to dir/out; returns the exit code
  * and reads the output into out [cap]. */
 static int rl_run(const char *dir, const char *args, char *out, size_t cap) {
     char cmd[4096], path[1024];
-    snprintf(cmd, sizeof cmd, "'%s' rl %s > '%s/out' 2>&1", rl_xent_bin(), args, dir);
+    snprintf(cmd, sizeof cmd, "'%s' rl %s > '%s/out' 2>&1", xt_xent_bin(), args, dir);
     int rc = system(cmd);
     snprintf(path, sizeof path, "%s/out", dir);
     FILE *f = fopen(path, "rb");
@@ -1259,7 +1247,7 @@ static void rl_save(const char *dir, const char *name, float *data, int64_t B, i
  * dump exits 1 naming the position; usage errors exit 2; --help lists every
  * flag with its default. */
 TEST(rl_cli) {
-    if (!rl_xent_bin()) { xt_skip("no xent binary next to the tests"); return; }
+    if (!xt_xent_bin()) { xt_skip("no xent binary next to the tests"); return; }
     char dir[] = "/tmp/xent_rl_cli_XXXXXX", out[8192], want[256], args[2048];
     if (!mkdtemp(dir)) { xt_skip("mkdtemp failed"); return; }
     xt_rng_t *rng = xt_rng();
