@@ -12,7 +12,7 @@ CUDA_SRC := $(sort $(wildcard src/cuda/*.cu))
 CUDA_OBJ := $(CUDA_SRC:%.cu=$(BUILD)/%.o)
 LIB_EXTRA_OBJ += $(CUDA_OBJ)
 CFLAGS += -DXENT_WITH_CUDA -I$(CUDA)/include
-LDLIBS += -L$(CUDA)/lib64 -Wl,-rpath,$(CUDA)/lib64 -lcudart -lstdc++
+LDLIBS += -L$(CUDA)/lib64 -Wl,-rpath,$(CUDA)/lib64 -lcublas -lcudart -lstdc++
 
 $(BUILD)/src/cuda/%.o: src/cuda/%.cu $(wildcard src/cuda/*.h) include/xent.h include/xent/cuda.h
 	@mkdir -p $(dir $@)

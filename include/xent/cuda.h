@@ -70,6 +70,99 @@ xent_status xent_cuda_ce_combine(const xent_ce_partial *parts, int S,
                                  const xent_ce_opts *opts,
                                  xent_ce_output *out, void *stream);
 
+/* ------------------------------------------------------------------------ */
+/* The LM head fused with the cross-entropy (docs/linear_ce.md)             */
+/* ------------------------------------------------------------------------ */
+/* logits = hidden @ weight^T (+ bias), computed by cuBLAS with fp32
+ * accumulation in chunks of rows, kept in fp32 and consumed by the exact
+ * loss above; no [T, V] buffer exists. The logit gradient of a chunk is
+ * rounded once to the GEMM input dtype (dlogits) and the gradients of
+ * hidden and weight are products with fp32 accumulation: dhidden of a
+ * chunk in one product over the whole vocabulary (rounded once to its
+ * dtype); dweight summed over the chunks in fp32 (in the caller's buffer
+ * when it is fp32, else in the workspace) and rounded once at the end.
+ *
+ * Per-row results do not depend on the other rows' values, but the GEMM
+ * algorithm cuBLAS picks may depend on the chunk's row count, so the bits
+ * of a row's logits can depend on T and the chunk size (not on the run:
+ * repeated calls with the same shapes give the same bits). */
+typedef struct xent_linear_input {
+    const void *hidden;     /* [T, H] row-major                               */
+    const void *weight;     /* [V, H] row-major: vocabulary rows vocab_start ..
+                               vocab_start + V - 1 (opts)                     */
+    const void *bias;       /* [V] or NULL                                    */
+    xent_dtype dtype;       /* of hidden, weight and bias: F32, BF16 or F16;
+                               F32 products are true fp32 (no TF32)           */
+    int64_t T, H, V;        /* T >= 0; 0 < H, V < 2^31                        */
+    const void *labels;     /* [T] global target ids, or NULL                 */
+    xent_dtype label_dtype; /* XENT_I32 or XENT_I64                           */
+    const float *grad_rows; /* [T] upstream per-row gradient for reduction
+                               NONE (times opts.grad_scale); NULL = 1         */
+} xent_linear_input;
+
+/* Gradient buffers (device), each optional (NULL: not computed). */
+typedef struct xent_linear_grads {
+    void *hidden;            /* [T, H] dL/dhidden                             */
+    xent_dtype hidden_dtype; /* in.dtype or F32 (the product writes it)      */
+    void *weight;            /* [V, H] dL/dweight                             */
+    xent_dtype weight_dtype;
+    void *bias;              /* [V] dL/dbias                                  */
+    xent_dtype bias_dtype;
+    int accumulate;          /* 0: overwrite; 1: add the gradients to what the
+                                buffers hold (one rounding to their dtype)   */
+} xent_linear_grads;
+
+/* Workspace bytes for a call with these shapes and gradients (grads NULL:
+ * forward only) and groups of chunk_rows rows (0: the default, about
+ * 768 MiB of chunk buffers). With gradients a group's dlogits [rows, V] are
+ * kept for the gradient products and its logits are made 512 rows at a
+ * time (fp32 [512, V]); forward only, the logits fp32 [rows, V]. Besides:
+ * 16 bytes a row, an fp32 accumulator [V, H] when the weight gradient is
+ * not fp32, and [V] doubles for a bias gradient. A call uses the largest
+ * group its workspace holds. */
+size_t xent_cuda_linear_workspace(const xent_linear_input *in,
+                                  const xent_linear_grads *grads,
+                                  int64_t chunk_rows);
+
+/* Forward over whole rows (opts.vocab_start 0) with every xent_ce option and
+ * output of `out` (out->grad must be NULL: there is no logit buffer), and
+ * the gradients in `grads` when it is non-NULL. workspace: device memory
+ * of workspace_bytes, or NULL to let the call allocate the default size
+ * (cudaMallocAsync on `stream`). Labels are checked first (one
+ * synchronization); on any error nothing has been written. */
+xent_status xent_cuda_linear_ce(const xent_linear_input *in,
+                                const xent_ce_opts *opts, xent_ce_output *out,
+                                const xent_linear_grads *grads,
+                                void *workspace, size_t workspace_bytes,
+                                void *stream);
+
+/* Forward only: per-token logprob [T] and entropy [T] (either may be NULL). */
+xent_status xent_cuda_linear_logprobs(const xent_linear_input *in,
+                                      const xent_ce_opts *opts, float *logprob,
+                                      float *entropy, void *workspace,
+                                      size_t workspace_bytes, void *stream);
+
+/* Vocabulary shards of the weight: each shard (rows vocab_start .. of the
+ * whole vocabulary vocab_total, opts) writes partial [T]; the shards'
+ * partials go through xent_cuda_ce_combine (which gives the loss and the
+ * stats [T]); then each shard calls xent_cuda_linear_backward with the
+ * stats. Its hidden gradient is the shard's part: sum it over the shards. */
+xent_status xent_cuda_linear_shard_stats(const xent_linear_input *in,
+                                         const xent_ce_opts *opts,
+                                         xent_ce_partial *partial,
+                                         void *workspace,
+                                         size_t workspace_bytes, void *stream);
+
+/* The gradients from saved stats [T] (recomputes the logits: one more
+ * product than xent_cuda_linear_ce). Reduction MEAN divides by the number
+ * of rows with a target (or opts.normalizer), counted over all rows. */
+xent_status xent_cuda_linear_backward(const xent_linear_input *in,
+                                      const xent_ce_opts *opts,
+                                      const xent_ce_stats *stats,
+                                      const xent_linear_grads *grads,
+                                      void *workspace, size_t workspace_bytes,
+                                      void *stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -21,7 +21,8 @@ __all__ = ["cross_entropy", "cross_entropy_grad", "logprobs",
            "CrossEntropyLoss", "XentError", "XentTypeError", "version",
            "library_path", "cuda_available", "abi_mismatches",
            "group_advantages", "batch_normalize", "policy_loss", "kl",
-           "rl_diagnostics", "check_logprobs"]
+           "rl_diagnostics", "check_logprobs", "linear_cross_entropy",
+           "linear_logprobs"]
 __version__ = "0.1.0"
 
 
@@ -104,6 +105,23 @@ def logprobs(logits, labels, *, temperature=1.0, entropy=False, **kw):
     from . import _np
     return _np.logprobs(logits, labels, temperature=temperature,
                         entropy=entropy, **kw)
+
+
+def linear_cross_entropy(hidden, weight, labels, bias=None, **kw):
+    """The LM head fused with the cross-entropy (torch CUDA tensors):
+    loss of logits = hidden @ weight.T (+ bias) without the logits tensor;
+    differentiable in hidden, weight and bias. See _linear.py for the
+    keywords (ignore_index, reduction, normalizer, temperature, softcap,
+    z_loss, label_smoothing, return_stats, chunk_rows)."""
+    from . import _linear
+    return _linear.linear_cross_entropy(hidden, weight, labels, bias, **kw)
+
+
+def linear_logprobs(hidden, weight, labels, bias=None, **kw):
+    """Per-token log p(label) (and entropy with with_entropy=True) under
+    logits = hidden @ weight.T (+ bias), forward only (torch CUDA)."""
+    from . import _linear
+    return _linear.linear_logprobs(hidden, weight, labels, bias, **kw)
 
 
 def __getattr__(name):

@@ -160,6 +160,28 @@ STRUCTS.update({"xent_rl_adv_opts": RlAdvOpts, "xent_rl_groups": RlGroups,
                 "xent_rl_loss_opts": RlLossOpts, "xent_rl_input": RlInput,
                 "xent_rl_loss_stats": RlLossStats, "xent_rl_diag": RlDiag,
                 "xent_rl_lp_report": RlLpReport})
+
+# The fused LM head (include/xent/cuda.h). Kept apart from STRUCTS until the
+# library's xent_abi_sizeof knows them; _linear.py checks them when it does.
+
+
+class LinearInput(ctypes.Structure):
+    _fields_ = [("hidden", c_vp), ("weight", c_vp), ("bias", c_vp),
+                ("dtype", c_int), ("T", c_i64), ("H", c_i64), ("V", c_i64),
+                ("labels", c_vp), ("label_dtype", c_int),
+                ("grad_rows", c_vp)]
+
+
+class LinearGrads(ctypes.Structure):
+    _fields_ = [("hidden", c_vp), ("hidden_dtype", c_int),
+                ("weight", c_vp), ("weight_dtype", c_int),
+                ("bias", c_vp), ("bias_dtype", c_int),
+                ("accumulate", c_int)]
+
+
+LINEAR_STRUCTS = {"xent_linear_input": LinearInput,
+                  "xent_linear_grads": LinearGrads}
+
 STATS_DOUBLES = ctypes.sizeof(CeStats) // 8      # 2 doubles per row
 PARTIAL_WORDS = ctypes.sizeof(CePartial) // 8    # 6 8-byte words per row
 
@@ -178,6 +200,20 @@ _SIGNATURES = {
     "xent_ce_shard_stats": (c_int, [_P(CeInput), _P(CeOpts), c_vp]),
     "xent_ce_combine": (c_int, [c_vp, c_int, _P(CeInput), _P(CeOpts),
                                 _P(CeOutput)]),
+    "xent_cuda_linear_workspace": (ctypes.c_size_t, [_P(LinearInput),
+                                                     _P(LinearGrads), c_i64]),
+    "xent_cuda_linear_ce": (c_int, [_P(LinearInput), _P(CeOpts),
+                                    _P(CeOutput), _P(LinearGrads), c_vp,
+                                    ctypes.c_size_t, c_vp]),
+    "xent_cuda_linear_logprobs": (c_int, [_P(LinearInput), _P(CeOpts), c_vp,
+                                          c_vp, c_vp, ctypes.c_size_t,
+                                          c_vp]),
+    "xent_cuda_linear_shard_stats": (c_int, [_P(LinearInput), _P(CeOpts),
+                                             c_vp, c_vp, ctypes.c_size_t,
+                                             c_vp]),
+    "xent_cuda_linear_backward": (c_int, [_P(LinearInput), _P(CeOpts), c_vp,
+                                          _P(LinearGrads), c_vp,
+                                          ctypes.c_size_t, c_vp]),
     "xent_rl_adv_opts_init": (None, [_P(RlAdvOpts)]),
     "xent_rl_batch_opts_init": (None, [_P(RlBatchOpts)]),
     "xent_rl_loss_opts_init": (None, [_P(RlLossOpts)]),

@@ -21,13 +21,14 @@
  * writes the gradient.
  *
  * Two arithmetic paths (docs/cuda.md has the error analysis):
- *  - fast: bf16/f16 logits, no softcap, gradient bf16/f16 or none. Terms are
- *    2^((z - m) log2e / tau) with the MUFU exp2 and the product's rounding
- *    error carried to first order, summed in 4 fp32 lanes per thread and
+ *  - fast: no softcap, gradient bf16/f16 or none (any logit dtype). Terms
+ *    are 2^((z - m) log2e / tau) with the MUFU exp2 and the product's
+ *    rounding error (and, for fp32 logits, the TwoSum error of z - m)
+ *    carried to first order, summed in 4 fp32 lanes per thread and
  *    flushed to double at each new maximum; the gradient is
  *    +-2^((z - R) log2e / tau - b) with the row's scale folded into b, then
  *    rounded once to bf16/f16; the target's gradient is formed in double.
- *  - precise: everything else (fp32 logits, softcap, fp32 gradient): per
+ *  - precise: everything else (softcap, fp32 gradient): per
  *    element in double with the CPU's exp and tanh forms, rounded once.
  */
 #include "ce_device.h"
@@ -281,9 +282,26 @@ __device__ __forceinline__ float xc_term(float x, float c2, float c2lo) {
     return fmaf(e, ylo * 0.6931471805599453f, e);
 }
 
+/* fp32 logits: x = fl(z - m) need not be exact; TwoSum gives its rounding
+ * error lo (z - m = x + lo exactly, round-to-nearest, no contraction), and
+ * the term carries lo c2 to first order as it carries the product's error.
+ * (bf16/f16 logits: z - m is exact in fp32 and lo = 0.) */
+__device__ __forceinline__ float xc_term_wide(float z, float m, float x, float c2,
+                                              float c2lo) {
+    float bb = x - z;
+    float lo = (z - (x - bb)) + (-m - bb);
+    float y = x * c2;
+    float ylo = fmaf(x, c2, -y);
+    ylo = fmaf(x, c2lo, ylo);
+    ylo = fmaf(lo, c2, ylo);
+    float e = xc_ex2_ftz(y);
+    return fmaf(e, ylo * 0.6931471805599453f, e);
+}
+
 /* Sums of one chunk on the fast path, against the running max a.m >= cm.
- * careful: lanes masked (past the end or the target) or at the max. */
-template <bool EXTRA>
+ * careful: lanes masked (past the end or the target) or at the max.
+ * WIDE: fp32 logits (see xc_term_wide). */
+template <bool EXTRA, bool WIDE>
 __device__ __forceinline__ void xc_fast_sum(xc_acc &a, const float z[8], int nv, int tk,
                                             bool careful, float c2, float c2lo) {
 #pragma unroll
@@ -307,7 +325,7 @@ __device__ __forceinline__ void xc_fast_sum(xc_acc &a, const float z[8], int nv,
             if (i >= nv || i == tk) continue;
             if (z[i] == a.m) { a.ntop += 1.f; continue; }
             float x = z[i] - a.m;
-            float e = xc_term(x, c2, c2lo);
+            float e = WIDE ? xc_term_wide(z[i], a.m, x, c2, c2lo) : xc_term(x, c2, c2lo);
             a.s[i % XC_LANES] += e;
             if (EXTRA) a.sx[i % XC_LANES] = fmaf(e, x, a.sx[i % XC_LANES]);
         }
@@ -315,7 +333,7 @@ __device__ __forceinline__ void xc_fast_sum(xc_acc &a, const float z[8], int nv,
 #pragma unroll
         for (int i = 0; i < 8; i++) {
             float x = z[i] - a.m;
-            float e = xc_term(x, c2, c2lo);
+            float e = WIDE ? xc_term_wide(z[i], a.m, x, c2, c2lo) : xc_term(x, c2, c2lo);
             a.s[i % XC_LANES] += e;
             if (EXTRA) a.sx[i % XC_LANES] = fmaf(e, x, a.sx[i % XC_LANES]);
         }
@@ -347,11 +365,11 @@ __device__ __forceinline__ void xc_precise_sum(const xc_params &k, xc_acc &a,
     }
 }
 
-template <bool PRECISE, bool EXTRA>
+template <bool PRECISE, bool EXTRA, bool WIDE>
 __device__ __forceinline__ void xc_sum(const xc_params &k, xc_acc &a, const float z[8],
                                        int nv, int tk, float cm, float c2, float c2lo) {
     if (PRECISE) xc_precise_sum(k, a, z, nv, tk);
-    else xc_fast_sum<EXTRA>(a, z, nv, tk, nv < 8 || tk >= 0 || cm == a.m, c2, c2lo);
+    else xc_fast_sum<EXTRA, WIDE>(a, z, nv, tk, nv < 8 || tk >= 0 || cm == a.m, c2, c2lo);
 }
 
 /* Chunk c (8 columns) of a row into 16-byte words: one or two vector loads
@@ -437,7 +455,7 @@ __device__ __forceinline__ void xc_pass1(const xc_params &k, xc_acc &a,
             if (c < nfull) {
                 float z[8];
                 In::unpack(b[u], z);
-                xc_sum<PRECISE, EXTRA>(k, a, z, 8, c == tc ? to : -1, cmax[u], c2, c2lo);
+                xc_sum<PRECISE, EXTRA, In::WIDE>(k, a, z, 8, c == tc ? to : -1, cmax[u], c2, c2lo);
             }
         }
     }
@@ -449,7 +467,7 @@ __device__ __forceinline__ void xc_pass1(const xc_params &k, xc_acc &a,
         int t = nfull == tc ? to : -1;
         float cm = xc_chunk_max(z, nv, t);
         if (cm > a.m) xc_rebase<PRECISE, EXTRA>(k, a, cm);
-        xc_sum<PRECISE, EXTRA>(k, a, z, nv, t, cm, c2, c2lo);
+        xc_sum<PRECISE, EXTRA, In::WIDE>(k, a, z, nv, t, cm, c2, c2lo);
     }
 }
 
@@ -832,11 +850,11 @@ static int xc_fast_out(const xc_params *p, int block, cudaStream_t s) {
 int xc_launch_rows(const xc_params *p, int block, void *stream) {
     cudaStream_t s = (cudaStream_t)stream;
     const int has_grad = p->grad && p->mode != XC_MODE_PART;
-    const int fast = (p->in_dtype == XENT_BF16 || p->in_dtype == XENT_F16) &&
-                     p->softcap == 0 &&
+    const int fast = p->softcap == 0 &&
                      (!has_grad || p->grad_dtype == XENT_BF16 || p->grad_dtype == XENT_F16);
     if (fast && p->in_dtype == XENT_BF16) return xc_fast_out<xc_bf16>(p, block, s);
-    if (fast) return xc_fast_out<xc_f16>(p, block, s);
+    if (fast && p->in_dtype == XENT_F16) return xc_fast_out<xc_f16>(p, block, s);
+    if (fast) return xc_fast_out<xc_f32>(p, block, s);
     if (p->in_dtype == XENT_F32) return xc_go<xc_f32, 0, true, true>(p, block, s);
     if (p->in_dtype == XENT_BF16) return xc_go<xc_bf16, 0, true, true>(p, block, s);
     return xc_go<xc_f16, 0, true, true>(p, block, s);

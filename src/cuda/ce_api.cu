@@ -1,7 +1,7 @@
 /* src/cuda/ce_api.cu: the public xent_cuda_* entry points: argument checks
  * (same rules and messages as the CPU), the label pass, scratch memory and
  * the kernel launches of ce.cu. */
-#include "ce_kernels.h"
+#include "ce_host.h"
 
 #include <cuda_runtime.h>
 #include <math.h>
@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-extern "C" xent_status xent__fail(xent_status s, const char *fmt, ...);
 extern "C" xent_status xent__ce_check_opts(const xent_ce_opts *o, int64_t V); /* src/cpu/ce.c */
 
 static thread_local int g_check_labels = 1;
@@ -19,7 +18,7 @@ static thread_local int g_check_labels = 1;
  * thread, 128..512 threads), so that every call on the same row (xent_cuda_ce,
  * _logprobs, _shard_stats) sums in the same order: per-row results are
  * bitwise the same whatever T, the row's position and the entry point. */
-static int xc_block(int64_t V) {
+int xc_block(int64_t V) {
     const char *s = getenv("XENT_CUDA_BLOCK");
     int v = s ? atoi(s) : 0;
     if (v >= 64 && v <= 1024 && v % 32 == 0) return v;
@@ -27,7 +26,7 @@ static int xc_block(int64_t V) {
     return nt < 128 ? 128 : (nt > 512 ? 512 : (int)nt);
 }
 
-static xent_status xc_cuda(cudaError_t e, const char *what) {
+xent_status xc_cuda(cudaError_t e, const char *what) {
     if (e == cudaSuccess) return XENT_OK;
     return xent__fail(XENT_ERR_CUDA, "%s: %s (%s)", what, cudaGetErrorString(e),
                       cudaGetErrorName(e));
@@ -54,12 +53,12 @@ extern "C" int xent_cuda_set_label_check(int on) {
 
 static void xc_default_opts(xent_ce_opts *o) { xent_ce_opts_init(o); }
 
-static int xc_is_float(xent_dtype t) {
+int xc_is_float(xent_dtype t) {
     return t == XENT_F32 || t == XENT_BF16 || t == XENT_F16;
 }
 
 /* The CPU's option checks, with the entry point's name in front. */
-static xent_status xc_check_opts(const char *fn, const xent_ce_opts *o, int64_t V) {
+xent_status xc_check_opts(const char *fn, const xent_ce_opts *o, int64_t V) {
     xent_status st = xent__ce_check_opts(o, V);
     if (st == XENT_OK) return st;
     char msg[768];
@@ -94,7 +93,7 @@ static xent_status xc_check_input(const char *fn, const xent_ce_input *in,
     return xc_check_opts(fn, o, in->V);
 }
 
-static xc_params xc_make(const xent_ce_input *in, const xent_ce_opts *o) {
+xc_params xc_make(const xent_ce_input *in, const xent_ce_opts *o) {
     xc_params p;
     memset(&p, 0, sizeof p);
     p.logits = in->logits;
@@ -155,12 +154,17 @@ static xent_status xc_scratch_put(xc_scratch *sc, xent_status st) {
 /* Runs the label pass; when checking, synchronizes and reports the first
  * bad row (outputs untouched). */
 static xent_status xc_labels(const char *fn, const xc_params *p, xc_scratch *sc) {
-    xent_status st = xc_cuda((cudaError_t)xc_launch_labels(p, sc->rec, sc->s), "label pass");
+    return xc_label_pass(fn, p, sc->rec, sc->s);
+}
+
+xent_status xc_label_pass(const char *fn, const xc_params *p, xc_label_rec *rec_d,
+                          cudaStream_t s) {
+    xent_status st = xc_cuda((cudaError_t)xc_launch_labels(p, rec_d, s), "label pass");
     if (st != XENT_OK || p->unchecked || !p->labels) return st;
     xc_label_rec rec;
-    st = xc_cuda(cudaMemcpyAsync(&rec, sc->rec, sizeof rec, cudaMemcpyDeviceToHost, sc->s),
+    st = xc_cuda(cudaMemcpyAsync(&rec, rec_d, sizeof rec, cudaMemcpyDeviceToHost, s),
                  "label record copy");
-    if (st == XENT_OK) st = xc_cuda(cudaStreamSynchronize(sc->s), "label pass (synchronize)");
+    if (st == XENT_OK) st = xc_cuda(cudaStreamSynchronize(s), "label pass (synchronize)");
     if (st != XENT_OK || rec.neg_first_bad == 0) return st;
     int64_t row = p->T - (int64_t)rec.neg_first_bad;
     long long v = 0;
@@ -180,7 +184,7 @@ static xent_status xc_labels(const char *fn, const xc_params *p, xc_scratch *sc)
                       (long long)row, v, (long long)p->vocab_total);
 }
 
-static xent_status xc_zero_rows(xent_ce_output *out, const xent_ce_opts *o, cudaStream_t s) {
+xent_status xc_zero_rows(xent_ce_output *out, const xent_ce_opts *o, cudaStream_t s) {
     xent_status st = XENT_OK;
     if (out->loss && o->reduction != XENT_REDUCE_NONE)
         st = xc_cuda(cudaMemsetAsync(out->loss, 0, sizeof(float), s), "loss");

@@ -37,6 +37,7 @@ struct xc_bf16 {
         return fmaxf(__low2float(m), __high2float(m));
     }
     enum { VECS = 1 }; /* 16-byte vectors per chunk of 8 */
+    static const bool WIDE = false; /* z - m is exact in fp32 */
 };
 
 struct xc_f16 {
@@ -63,6 +64,7 @@ struct xc_f16 {
         return fmaxf(__low2float(m), __high2float(m));
     }
     enum { VECS = 1 };
+    static const bool WIDE = false; /* z - m is exact in fp32 */
 };
 
 struct xc_f32 {
@@ -81,6 +83,7 @@ struct xc_f32 {
                      fmaxf(fmaxf(z[4], z[5]), fmaxf(z[6], z[7])));
     }
     enum { VECS = 2 };
+    static const bool WIDE = true; /* z - m may round: TwoSum */
 };
 
 /* ------------------------------------------------------------------ */

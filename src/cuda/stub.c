@@ -45,3 +45,40 @@ xent_status xent_cuda_ce_combine(const xent_ce_partial *parts, int S,
     (void)parts; (void)S; (void)in; (void)opts; (void)out; (void)stream;
     return xc_unsupported("xent_cuda_ce_combine");
 }
+
+size_t xent_cuda_linear_workspace(const xent_linear_input *in,
+                                  const xent_linear_grads *grads, int64_t chunk_rows) {
+    (void)in; (void)grads; (void)chunk_rows;
+    return 0;
+}
+
+xent_status xent_cuda_linear_ce(const xent_linear_input *in, const xent_ce_opts *opts,
+                                xent_ce_output *out, const xent_linear_grads *grads,
+                                void *workspace, size_t workspace_bytes, void *stream) {
+    (void)in; (void)opts; (void)out; (void)grads; (void)workspace; (void)workspace_bytes;
+    (void)stream;
+    return xc_unsupported("xent_cuda_linear_ce");
+}
+
+xent_status xent_cuda_linear_logprobs(const xent_linear_input *in, const xent_ce_opts *opts,
+                                      float *logprob, float *entropy, void *workspace,
+                                      size_t workspace_bytes, void *stream) {
+    (void)in; (void)opts; (void)logprob; (void)entropy; (void)workspace;
+    (void)workspace_bytes; (void)stream;
+    return xc_unsupported("xent_cuda_linear_logprobs");
+}
+
+xent_status xent_cuda_linear_shard_stats(const xent_linear_input *in, const xent_ce_opts *opts,
+                                         xent_ce_partial *partial, void *workspace,
+                                         size_t workspace_bytes, void *stream) {
+    (void)in; (void)opts; (void)partial; (void)workspace; (void)workspace_bytes; (void)stream;
+    return xc_unsupported("xent_cuda_linear_shard_stats");
+}
+
+xent_status xent_cuda_linear_backward(const xent_linear_input *in, const xent_ce_opts *opts,
+                                      const xent_ce_stats *stats, const xent_linear_grads *grads,
+                                      void *workspace, size_t workspace_bytes, void *stream) {
+    (void)in; (void)opts; (void)stats; (void)grads; (void)workspace; (void)workspace_bytes;
+    (void)stream;
+    return xc_unsupported("xent_cuda_linear_backward");
+}

@@ -13,8 +13,14 @@ if [ ! -x "$CS" ]; then
     echo "0 passed, 0 failed, 1 skipped"; exit 0
 fi
 pass=0; fail=0
+# racecheck reports shared-memory hazards inside cuBLAS's own Hopper GEMM
+# kernels (nvjet_sm90_*, called by the fused LM head); they are not this
+# project's code and are left out of racecheck (memcheck still covers
+# them). Every xent kernel is checked by both tools.
 for tool in memcheck racecheck; do
-    if XENT_SANITIZER=1 "$CS" --tool $tool --error-exitcode 3 "$BUILD/xent_tests" cuda_ >/tmp/xent_gpu_$tool.log 2>&1; then
+    skip=""
+    [ $tool = racecheck ] && skip="--kernel-name-exclude kns=nvjet"
+    if XENT_SANITIZER=1 "$CS" --tool $tool $skip --error-exitcode 3 "$BUILD/xent_tests" cuda_ >/tmp/xent_gpu_$tool.log 2>&1; then
         echo "gpu stage: compute-sanitizer $tool: clean"; pass=$((pass + 1))
     else
         echo "gpu stage: compute-sanitizer $tool: FAILED (log /tmp/xent_gpu_$tool.log)"

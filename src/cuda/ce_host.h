@@ -1,0 +1,29 @@
+/* src/cuda/ce_host.h: host-side helpers of the CUDA cross-entropy
+ * (ce_api.cu), shared with the fused LM head (linear_ce.cu). */
+#ifndef XENT_CUDA_CE_HOST_H
+#define XENT_CUDA_CE_HOST_H
+
+#include "ce_kernels.h"
+
+#include <cuda_runtime.h>
+
+extern "C" xent_status xent__fail(xent_status s, const char *fmt, ...);
+
+/* Block size of the row kernel for V columns (a function of V alone). */
+int xc_block(int64_t V);
+/* XENT_OK, or XENT_ERR_CUDA with `what` and CUDA's message. */
+xent_status xc_cuda(cudaError_t e, const char *what);
+/* dtype is F32, BF16 or F16. */
+int xc_is_float(xent_dtype t);
+/* The CPU's option checks, with `fn` in front of the message. */
+xent_status xc_check_opts(const char *fn, const xent_ce_opts *o, int64_t V);
+/* Kernel parameters from an input and options (outputs left NULL). */
+xc_params xc_make(const xent_ce_input *in, const xent_ce_opts *o);
+/* Label pass into rec_d (device, 16 bytes): the count of rows with a
+ * target; when checking, synchronizes `s` and reports the first bad row. */
+xent_status xc_label_pass(const char *fn, const xc_params *p, xc_label_rec *rec_d,
+                          cudaStream_t s);
+/* Zero the reduced loss (not for reduction NONE) and the counts: T = 0. */
+xent_status xc_zero_rows(xent_ce_output *out, const xent_ce_opts *o, cudaStream_t s);
+
+#endif
