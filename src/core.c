@@ -226,6 +226,17 @@ size_t xent_abi_sizeof(const char *name) {
         XENT__ABI_F(xent_ce_partial, max), XENT__ABI_F(xent_ce_partial, sum),
         XENT__ABI_F(xent_ce_partial, sumx), XENT__ABI_F(xent_ce_partial, zsum),
         XENT__ABI_F(xent_ce_partial, target), XENT__ABI_F(xent_ce_partial, flags),
+        /* fused LM head (include/xent/cuda.h) */
+        XENT__ABI_S(xent_linear_input), XENT__ABI_F(xent_linear_input, hidden),
+        XENT__ABI_F(xent_linear_input, weight), XENT__ABI_F(xent_linear_input, bias),
+        XENT__ABI_F(xent_linear_input, dtype), XENT__ABI_F(xent_linear_input, T),
+        XENT__ABI_F(xent_linear_input, H), XENT__ABI_F(xent_linear_input, V),
+        XENT__ABI_F(xent_linear_input, labels), XENT__ABI_F(xent_linear_input, label_dtype),
+        XENT__ABI_F(xent_linear_input, grad_rows),
+        XENT__ABI_S(xent_linear_grads), XENT__ABI_F(xent_linear_grads, hidden),
+        XENT__ABI_F(xent_linear_grads, hidden_dtype), XENT__ABI_F(xent_linear_grads, weight),
+        XENT__ABI_F(xent_linear_grads, weight_dtype), XENT__ABI_F(xent_linear_grads, bias),
+        XENT__ABI_F(xent_linear_grads, bias_dtype), XENT__ABI_F(xent_linear_grads, accumulate),
         /* RL (include/xent/rl.h) */
         XENT__ABI_S(xent_rl_adv_opts), XENT__ABI_F(xent_rl_adv_opts, std),
         XENT__ABI_F(xent_rl_adv_opts, eps),

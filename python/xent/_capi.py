@@ -161,8 +161,7 @@ STRUCTS.update({"xent_rl_adv_opts": RlAdvOpts, "xent_rl_groups": RlGroups,
                 "xent_rl_loss_stats": RlLossStats, "xent_rl_diag": RlDiag,
                 "xent_rl_lp_report": RlLpReport})
 
-# The fused LM head (include/xent/cuda.h). Kept apart from STRUCTS until the
-# library's xent_abi_sizeof knows them; _linear.py checks them when it does.
+# The fused LM head (include/xent/cuda.h).
 
 
 class LinearInput(ctypes.Structure):
@@ -179,8 +178,8 @@ class LinearGrads(ctypes.Structure):
                 ("accumulate", c_int)]
 
 
-LINEAR_STRUCTS = {"xent_linear_input": LinearInput,
-                  "xent_linear_grads": LinearGrads}
+STRUCTS.update({"xent_linear_input": LinearInput,
+                "xent_linear_grads": LinearGrads})
 
 STATS_DOUBLES = ctypes.sizeof(CeStats) // 8      # 2 doubles per row
 PARTIAL_WORDS = ctypes.sizeof(CePartial) // 8    # 6 8-byte words per row

@@ -32,37 +32,7 @@ from . import _capi as C
 from ._capi import XentError, XentTypeError
 from ._torch import CudaBackend, _DTYPES, _p
 
-_ABI_CHECKED = []
 _DEVICE_TYPE = "cuda"       # the device type every tensor must be on
-
-
-def _check_abi():
-    """Compares LinearInput / LinearGrads with the library's layout when the
-    library reports it (xent_abi_sizeof returns (size_t)-1 for an unknown
-    name; then there is nothing to compare)."""
-    if _ABI_CHECKED:
-        return
-    sizeof = C.LIB.fn("xent_abi_sizeof")
-    unknown = ctypes.c_size_t(-1).value
-    bad = []
-    for cname, cls in C.LINEAR_STRUCTS.items():
-        want = sizeof(cname.encode())
-        if want == unknown:
-            continue
-        if want != ctypes.sizeof(cls):
-            bad.append("sizeof(%s): C %d, Python %d"
-                       % (cname, want, ctypes.sizeof(cls)))
-        for field, _ in cls._fields_:
-            key = "%s.%s" % (cname, field)
-            w = sizeof(key.encode())
-            if w != unknown and w != getattr(cls, field).offset:
-                bad.append("offsetof(%s): C %d, Python %d"
-                           % (key, w, getattr(cls, field).offset))
-    if bad:
-        raise XentError("the ctypes mirrors of the fused LM head structs do "
-                        "not match %s: %s" % (C.LIB.path, "; ".join(bad)),
-                        C.ERR_INTERNAL)
-    _ABI_CHECKED.append(True)
 
 
 def available():
@@ -102,7 +72,6 @@ class _Prepared:
             raise XentTypeError("%s: this build of libxent (%s) has no CUDA "
                                 "fused LM head (xent_cuda_linear_ce), or "
                                 "torch sees no GPU" % (fn, C.version()))
-        _check_abi()
         dt = _DTYPES.get(hidden.dtype)
         if dt is None:
             raise XentTypeError("%s: hidden dtype %s is not supported "
