@@ -85,7 +85,9 @@ def load_binding(lib):
     if not _linear.available():
         sys.exit(f"{lib}: no CUDA fused LM head (xent_cuda_linear_ce), or no GPU "
                  f"(library: {_capi.version()})")
-    _linear._check_abi()
+    bad = xent.abi_mismatches()
+    if bad:
+        sys.exit(f"{lib}: ctypes mirrors do not match the library: {'; '.join(bad)}")
     return xent, _capi
 
 

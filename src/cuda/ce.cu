@@ -21,14 +21,16 @@
  * writes the gradient.
  *
  * Two arithmetic paths (docs/cuda.md has the error analysis):
- *  - fast: no softcap, gradient bf16/f16 or none (any logit dtype). Terms
+ *  - fast: no softcap, gradient bf16/f16 or none; bf16/f16 logits, or fp32
+ *    logits when p->fast_f32 (the fused LM head). Terms
  *    are 2^((z - m) log2e / tau) with the MUFU exp2 and the product's
  *    rounding error (and, for fp32 logits, the TwoSum error of z - m)
  *    carried to first order, summed in 4 fp32 lanes per thread and
  *    flushed to double at each new maximum; the gradient is
  *    +-2^((z - R) log2e / tau - b) with the row's scale folded into b, then
  *    rounded once to bf16/f16; the target's gradient is formed in double.
- *  - precise: everything else (softcap, fp32 gradient): per
+ *  - precise: everything else (softcap, fp32 gradient, fp32 logits of the
+ *    xent_cuda_* calls): per
  *    element in double with the CPU's exp and tanh forms, rounded once.
  */
 #include "ce_device.h"
@@ -850,7 +852,7 @@ static int xc_fast_out(const xc_params *p, int block, cudaStream_t s) {
 int xc_launch_rows(const xc_params *p, int block, void *stream) {
     cudaStream_t s = (cudaStream_t)stream;
     const int has_grad = p->grad && p->mode != XC_MODE_PART;
-    const int fast = p->softcap == 0 &&
+    const int fast = p->softcap == 0 && (p->in_dtype != XENT_F32 || p->fast_f32) &&
                      (!has_grad || p->grad_dtype == XENT_BF16 || p->grad_dtype == XENT_F16);
     if (fast && p->in_dtype == XENT_BF16) return xc_fast_out<xc_bf16>(p, block, s);
     if (fast && p->in_dtype == XENT_F16) return xc_fast_out<xc_f16>(p, block, s);

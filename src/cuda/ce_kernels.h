@@ -52,6 +52,9 @@ typedef struct xc_params {
     int mode;                    /* XC_MODE_*                              */
     int extra;                   /* entropy or label smoothing needed      */
     int unchecked;               /* labels were not validated              */
+    int fast_f32;                /* fp32 logits may take the fast path
+                                    (the fused LM head; xent_cuda_* calls
+                                    keep fp32 logits on the precise path)  */
     int64_t stage_bytes;         /* shared memory kept for pass 2 (launch) */
 } xc_params;
 

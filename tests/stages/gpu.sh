@@ -13,18 +13,30 @@ if [ ! -x "$CS" ]; then
     echo "0 passed, 0 failed, 1 skipped"; exit 0
 fi
 pass=0; fail=0
-# racecheck reports shared-memory hazards inside cuBLAS's own Hopper GEMM
-# kernels (nvjet_sm90_*, called by the fused LM head); they are not this
-# project's code and are left out of racecheck (memcheck still covers
-# them). Every xent kernel is checked by both tools.
+# memcheck: every kernel, the tool's exit code. racecheck: the tests must
+# pass and every reported hazard must lie inside cuBLAS's own Hopper GEMM
+# kernels (nvjet_*, called by the fused LM head: the tool reports hazards
+# there that are not this project's code); any hazard in another kernel
+# fails. (Seen on an H200: with --kernel-name-exclude kns=nvjet instead, the
+# tests hit illegal addresses under racecheck, so those kernels stay in.)
 for tool in memcheck racecheck; do
-    skip=""
-    [ $tool = racecheck ] && skip="--kernel-name-exclude kns=nvjet"
-    if XENT_SANITIZER=1 "$CS" --tool $tool $skip --error-exitcode 3 "$BUILD/xent_tests" cuda_ >/tmp/xent_gpu_$tool.log 2>&1; then
+    log=/tmp/xent_gpu_$tool.log
+    if [ $tool = memcheck ]; then
+        XENT_SANITIZER=1 "$CS" --tool memcheck --error-exitcode 3 "$BUILD/xent_tests" cuda_ >$log 2>&1
+        ok=$?
+    else
+        XENT_SANITIZER=1 "$CS" --tool racecheck --print-limit 100000 "$BUILD/xent_tests" cuda_ >$log 2>&1
+        ok=$?
+        ours=$(grep "Race reported" $log | grep -vc "nvjet_")
+        theirs=$(grep "Race reported" $log | grep -c "nvjet_")
+        [ "$ok" -eq 0 ] && [ "$ours" -ne 0 ] && ok=3
+        [ "$theirs" -ne 0 ] && echo "gpu stage: racecheck: $theirs hazard reports inside cuBLAS kernels (nvjet_*) not counted"
+    fi
+    if [ "$ok" -eq 0 ]; then
         echo "gpu stage: compute-sanitizer $tool: clean"; pass=$((pass + 1))
     else
-        echo "gpu stage: compute-sanitizer $tool: FAILED (log /tmp/xent_gpu_$tool.log)"
-        tail -n 30 /tmp/xent_gpu_$tool.log; fail=$((fail + 1))
+        echo "gpu stage: compute-sanitizer $tool: FAILED (log $log)"
+        tail -n 30 $log; fail=$((fail + 1))
     fi
 done
 echo "$pass passed, $fail failed"
