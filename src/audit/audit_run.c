@@ -321,12 +321,18 @@ static int uses_f16(const xent_precision *p) {
 /* The audit                                                                 */
 /* ------------------------------------------------------------------------ */
 
+/* One workspace serves every run: after the reference's run, the tensors
+ * the comparisons read are copied out (snap), so the variants can reuse the
+ * workspace (the activations the backward pass needs are not kept: about a
+ * third less memory to fault in than a second workspace). */
 typedef struct audit_bufs {
     src *srcs;        /* [ne] */
     float *lp_ref;    /* [nt] */
     float *g_ref;     /* [nt] target gradients of the reference */
     float *g_var;     /* [nt] */
-    xent_model_ws *ws_ref, *ws_var;
+    xent_model_ws *ws;
+    float *snap;      /* the reference's recorded tensors (snap_ref)       */
+    float **snap_ptr; /* [2 L + n_params] row pointers into snap           */
 } audit_bufs;
 
 static void bufs_free(audit_bufs *b) {
@@ -334,8 +340,57 @@ static void bufs_free(audit_bufs *b) {
     free(b->lp_ref);
     free(b->g_ref);
     free(b->g_var);
-    xent_model_ws_free(b->ws_ref);
-    xent_model_ws_free(b->ws_var);
+    free(b->snap);
+    free(b->snap_ptr);
+    xent_model_ws_free(b->ws);
+}
+
+typedef struct copy_job { float *dst; const float *src; } copy_job;
+
+static void copy_range(void *vj, int64_t i0, int64_t i1) {
+    copy_job *j = vj;
+    memcpy(j->dst + i0, j->src + i0, sizeof(float) * (size_t)(i1 - i0));
+}
+
+/* dst[n] = src[n] (when src), split over threads; returns dst + n. */
+static float *take(float *dst, const float *src, int64_t n, int threads,
+                   float **out) {
+    *out = src ? dst : NULL;
+    if (!src) return dst;
+    copy_job j = {dst, src};
+    xent__parallel_for(n, n < ((int64_t)1 << 20) ? 1 : threads, copy_range,
+                       &j);
+    return dst + n;
+}
+
+/* *rec with its arrays copied into b->snap (every pointer the comparisons
+ * read through source_of; scalars as they are). */
+static xent_status snap_ref(const xent_model *m, int64_t T, int threads,
+                            audit_bufs *b, xent_model_record *rec) {
+    int64_t L = m->cfg.n_layers, D = m->cfg.dim, V = m->cfg.vocab;
+    int64_t n = T * D * (2 * L + 3) + 2 * T * V + xent_model_n_weights(m);
+    b->snap = malloc(sizeof(float) * (size_t)n);
+    b->snap_ptr = calloc((size_t)(2 * L + m->n_params), sizeof(float *));
+    if (!b->snap || !b->snap_ptr)
+        return xent__fail(XENT_ERR_ALLOC, "audit: reference copy of %lld "
+                          "floats", (long long)n);
+    float *p = b->snap, **lo = b->snap_ptr, **lg = lo + L, **pg = lg + L;
+    p = take(p, rec->embed_out, T * D, threads, &rec->embed_out);
+    for (int64_t l = 0; rec->layer_out && l < L; l++)
+        p = take(p, rec->layer_out[l], T * D, threads, &lo[l]);
+    rec->layer_out = rec->layer_out ? lo : NULL;
+    p = take(p, rec->final_norm_out, T * D, threads, &rec->final_norm_out);
+    p = take(p, rec->logits, T * V, threads, &rec->logits);
+    p = take(p, rec->dlogits, T * V, threads, &rec->dlogits);
+    for (int64_t l = 0; rec->layer_in_grad && l < L; l++)
+        p = take(p, rec->layer_in_grad[l], T * D, threads, &lg[l]);
+    rec->layer_in_grad = rec->layer_in_grad ? lg : NULL;
+    p = take(p, rec->embed_grad, T * D, threads, &rec->embed_grad);
+    for (int i = 0; rec->param_grads && i < m->n_params; i++)
+        p = take(p, rec->param_grads[i], m->params[i].numel, threads, &pg[i]);
+    rec->param_grads = rec->param_grads ? pg : NULL;
+    rec->logprobs = NULL; /* gathered into b->lp_ref before */
+    return XENT_OK;
 }
 
 static xent_status bufs_new(const xent_model *m, int64_t B, int64_t S, int ne,
@@ -347,8 +402,10 @@ static xent_status bufs_new(const xent_model *m, int64_t B, int64_t S, int ne,
     b->g_var = calloc((size_t)nt, sizeof(float));
     if (!b->srcs || !b->lp_ref || !b->g_ref || !b->g_var)
         return xent__fail(XENT_ERR_ALLOC, "audit: out of memory");
-    xent_status st = xent_model_ws_new(m, B, S, 1, &b->ws_ref);
-    if (!st) st = xent_model_ws_new(m, B, S, 1, &b->ws_var);
+    xent_status st = xent_model_ws_new(m, B, S, 1, &b->ws);
+    /* variants that differ from the one before only from the final norm on
+     * (bf16 -> bf16_fp32head) reuse its forward through the layers */
+    if (!st) xent_model_ws_reuse_forward(b->ws, 1);
     return st;
 }
 
@@ -416,7 +473,7 @@ static xent_status run_and_compare(const xent_model *m, const int32_t *tokens,
                                    xent_audit_result *r, int v) {
     double t0 = now_s();
     xent_model_record rec;
-    xent_status st = run_one(m, b->ws_var, p, tokens, B, S, o->threads, &rec);
+    xent_status st = run_one(m, b->ws, p, tokens, B, S, o->threads, &rec);
     if (st) return st;
     r->seconds[v] = now_s() - t0;
     r->loss[v] = rec.loss;
@@ -462,7 +519,7 @@ static xent_status audit_reference(const xent_model *m, const int32_t *tokens,
     xent_precision p = r->variants.v[v].p;
     p.loss_scale = 1.0;
     double t0 = now_s();
-    xent_status st = run_one(m, b->ws_ref, &p, tokens, B, S, o->threads, ref);
+    xent_status st = run_one(m, b->ws, &p, tokens, B, S, o->threads, ref);
     if (st) return st;
     r->seconds[v] = now_s() - t0;
     r->loss[v] = ref->loss;
@@ -474,7 +531,8 @@ static xent_status audit_reference(const xent_model *m, const int32_t *tokens,
     dead_zone(r, v, b->lp_ref, b->lp_ref, b->g_ref, b->g_ref);
     cmp_ctx c = {m, ref, ref, b->srcs, b->lp_ref, b->lp_ref, B * S,
                  xent__threads(o->threads)};
-    return compare(&c, r, v);
+    st = compare(&c, r, v);
+    return st ? st : snap_ref(m, B * S, xent__threads(o->threads), b, ref);
 }
 
 xent_status xent__audit_run(const xent_model *m, const int32_t *tokens,

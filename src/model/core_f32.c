@@ -6,8 +6,25 @@
 #include "model/core_impl.h"
 
 #include <stdio.h>
+#include <sys/mman.h>
 
 void openblas_set_num_threads(int num_threads);
+
+/* Large buffers (activations, gradients, weight copies: hundreds of MB) on
+ * 2 MiB boundaries with transparent huge pages requested: first touch costs
+ * one fault per 2 MiB instead of per 4 KiB, and the matrix products miss the
+ * TLB less. Contents are as malloc's (uninitialised); free with free(). */
+static void *big_alloc(size_t bytes) {
+    const size_t huge = (size_t)2 << 20;
+    if (bytes < huge) return malloc(bytes ? bytes : 1);
+    size_t n = (bytes + huge - 1) / huge * huge;
+    void *p = NULL;
+    if (posix_memalign(&p, huge, n)) return NULL;
+#ifdef MADV_HUGEPAGE
+    madvise(p, n, MADV_HUGEPAGE); /* advice only: failure is harmless */
+#endif
+    return p;
+}
 
 struct xent_model_ws {
     const xent_model *m;
@@ -31,11 +48,23 @@ struct xent_model_ws {
     float *logprob;     /* [B*S]                                            */
     float *rope;        /* [2, S, hd/2]                                     */
     float **layer_out;  /* [L] record pointers                              */
+    /* The forward through the layers in the arena (reused by the next run
+     * when tokens, weights dtype and the body's dtypes are the same, as for
+     * two policies that differ only from the final norm on): */
+    int reuse_fwd;      /* xent_model_ws_reuse_forward                      */
+    int fwd_ok;         /* 1: the fields below describe the arena           */
+    xent_dtype fwd_dt[4]; /* compute, residual, norm, attn_softmax          */
+    int64_t fwd_B, fwd_S;
+    int32_t *fwd_tok;   /* [B*S]                                            */
 };
 
 void xent_model_run_opts_init(xent_model_run_opts *o) {
     memset(o, 0, sizeof *o);
     o->backward = 1;
+}
+
+void xent_model_ws_reuse_forward(xent_model_ws *ws, int on) {
+    if (ws) ws->reuse_fwd = on != 0;
 }
 
 size_t xent_model_ws_bytes(const xent_model_ws *ws) {
@@ -48,6 +77,7 @@ void xent_model_ws_free(xent_model_ws *ws) {
     free(ws->whead), free(ws->x), free(ws->ly), free(ws->rec_dx);
     free(ws->gptr), free(ws->gmbp), free(ws->wptr), free(ws->lab);
     free(ws->rw), free(ws->logprob), free(ws->rope), free(ws->layer_out);
+    free(ws->fwd_tok);
     free(ws);
 }
 
@@ -86,14 +116,15 @@ xent_status xent_model_ws_new(const xent_model *m, int64_t B, int64_t S,
     ws->lab = malloc((size_t)T * sizeof *ws->lab);
     ws->rw = malloc((size_t)T * sizeof *ws->rw);
     ws->logprob = malloc((size_t)T * sizeof *ws->logprob);
+    ws->fwd_tok = malloc((size_t)T * sizeof *ws->fwd_tok);
     ws->rope = malloc((size_t)(S * cfg->head_dim) * sizeof(float));
-    ws->grads = malloc((size_t)nw * sizeof(float));
+    ws->grads = big_alloc((size_t)nw * sizeof(float));
     xm_ctx c;
     ws->cap = ws_plan(ws, NULL, B, 0, B, S, ws->record, &c);
-    ws->arena = malloc((size_t)ws->cap * sizeof(float));
+    ws->arena = big_alloc((size_t)ws->cap * sizeof(float));
     if (!ws->x || !ws->ly || !ws->rec_dx || !ws->layer_out || !ws->gptr ||
         !ws->gmbp || !ws->wptr || !ws->lab || !ws->rw || !ws->logprob ||
-        !ws->rope || !ws->grads || !ws->arena) {
+        !ws->rope || !ws->grads || !ws->arena || !ws->fwd_tok) {
         xent_model_ws_free(ws);
         return xent__fail(XENT_ERR_ALLOC,
                           "model workspace: %lld floats for B = %lld, S = "
@@ -193,26 +224,45 @@ static xent_status loss_step(xm_ctx *c, int backward) {
     return st;
 }
 
+typedef struct rcopy_job {
+    float *dst;
+    const float *src;
+    xent_dtype t;
+} rcopy_job;
+
+static void rcopy_range(void *vj, int64_t i0, int64_t i1) {
+    rcopy_job *j = vj;
+    memcpy(j->dst + i0, j->src + i0, (size_t)(i1 - i0) * sizeof(float));
+    rnd(j->dst + i0, i1 - i0, j->t);
+}
+
+/* dst[n] = src[n] rounded to t, elementwise (large copies split over all
+ * threads: the first touch of a fresh copy is most of its cost). */
+static void round_copy(float *dst, const float *src, int64_t n,
+                       xent_dtype t, int threads) {
+    rcopy_job j = {dst, src, t};
+    xent__parallel_for(n, n < ((int64_t)1 << 20) ? 1 : threads, rcopy_range,
+                       &j);
+}
+
 /* Weights as the policy stores them: compute-dtype copies (lazy, kept while
  * the dtype is unchanged) and the head in the lm_head dtype. */
 static xent_status ws_weights(xent_model_ws *ws, const xent_precision *p,
-                              const float **whead) {
+                              const float **whead, int thr) {
     const xent_model *m = ws->m;
     int64_t nw = xent_model_n_weights(m), V = m->cfg.vocab, D = m->cfg.dim;
     int ih = xent__pidx_head(&m->cfg);
     if (p->compute == XENT_F32) {
         for (int i = 0; i < m->n_params; i++) ws->wptr[i] = m->params[i].w;
     } else {
-        if (!ws->wc) ws->wc = malloc((size_t)nw * sizeof(float));
+        if (!ws->wc) ws->wc = big_alloc((size_t)nw * sizeof(float));
         if (!ws->wc) return xent__fail(XENT_ERR_ALLOC, "model: weight copy");
         int64_t off = 0;
         for (int i = 0; i < m->n_params; i++) {
             ws->wptr[i] = ws->wc + off;
-            if (ws->wc_dt != p->compute) {
-                memcpy(ws->wc + off, m->params[i].w,
-                       (size_t)m->params[i].numel * sizeof(float));
-                rnd(ws->wc + off, m->params[i].numel, p->compute);
-            }
+            if (ws->wc_dt != p->compute)
+                round_copy(ws->wc + off, m->params[i].w, m->params[i].numel,
+                           p->compute, thr);
             off += m->params[i].numel;
         }
         ws->wc_dt = p->compute;
@@ -222,11 +272,10 @@ static xent_status ws_weights(xent_model_ws *ws, const xent_precision *p,
     } else if (p->lm_head == XENT_F32) {
         *whead = m->params[ih].w;
     } else {
-        if (!ws->whead) ws->whead = malloc((size_t)(V * D) * sizeof(float));
+        if (!ws->whead) ws->whead = big_alloc((size_t)(V * D) * sizeof(float));
         if (!ws->whead) return xent__fail(XENT_ERR_ALLOC, "model: head copy");
         if (ws->whead_dt != p->lm_head) {
-            memcpy(ws->whead, m->params[ih].w, (size_t)(V * D) * sizeof(float));
-            rnd(ws->whead, V * D, p->lm_head);
+            round_copy(ws->whead, m->params[ih].w, V * D, p->lm_head, thr);
             ws->whead_dt = p->lm_head;
         }
         *whead = ws->whead;
@@ -283,25 +332,61 @@ static xent_status check_run(const xent_model *m, const xent_model_ws *ws,
     return XENT_OK;
 }
 
+/* Elementwise loops over all gradients, split over threads (each element
+ * is computed alone: the results do not depend on the split). */
+typedef struct accum_job {
+    float *g;          /* [nw] accumulated gradients                       */
+    const float *gmb;  /* [nw] this micro-batch's (scaled) gradients; may
+                          be g itself (one micro-batch)                    */
+    float inv;         /* 1 / loss scale                                   */
+    xent_dtype dt;     /* grad_accum dtype                                 */
+    int first;         /* 1: the sum starts here (from +0)                 */
+    int64_t n;         /* finite_range: elements, split in `parts` parts   */
+    int parts;
+    int bad[64];       /* finite_range: 1 where part k saw a non-finite    */
+} accum_job;
+
+static void accum_range(void *vj, int64_t i0, int64_t i1) {
+    accum_job *j = vj;
+    for (int64_t i = i0; i < i1; i++) {
+        float base = j->first ? 0.0f : j->g[i];
+        j->g[i] = rnd1(base + j->gmb[i] * j->inv, j->dt);
+    }
+}
+
+/* Parts [k0, k1) of j->parts: bad[k] = 1 when part k holds a non-finite. */
+static void finite_range(void *vj, int64_t k0, int64_t k1) {
+    accum_job *j = vj;
+    for (int64_t k = k0; k < k1; k++) {
+        int64_t lo = j->n * k / j->parts, hi = j->n * (k + 1) / j->parts;
+        int b = 0;
+        for (int64_t i = lo; i < hi; i++) b |= !isfinite(j->g[i]);
+        j->bad[k] = b;
+    }
+}
+
 /* One pass over all micro-batches at loss scale ls; gradients (unscaled,
  * accumulated in the grad_accum dtype) in ws->grads. Returns 1 in *bad when
  * a gradient is not finite. */
 static xent_status run_pass(const xent_model *m, xent_model_ws *ws,
                             const xent_precision *p,
                             const xent_model_run_opts *o, const float *whead,
-                            double ls, double *loss, int *bad) {
+                            double ls, int keep_layers, double *loss,
+                            int *bad) {
     int nmb = p->micro_batches, bw = o->backward;
     int64_t Bm = o->B / nmb, nw = xent_model_n_weights(m);
     int direct = nmb == 1 && p->grad_accum == XENT_F32 && ls == 1.0;
-    if (bw && !direct && !ws->gmb) {
-        ws->gmb = malloc((size_t)nw * sizeof(float));
+    /* one micro-batch: the scaled gradients go to ws->grads and are unscaled
+     * there (no second buffer: 0 + g * inv, as with a zeroed sum) */
+    int inplace = nmb == 1 && !direct;
+    if (bw && !direct && !inplace && !ws->gmb) {
+        ws->gmb = big_alloc((size_t)nw * sizeof(float));
         if (!ws->gmb)
             return xent__fail(XENT_ERR_ALLOC, "model: micro-batch gradients");
         int64_t off = 0;
         for (int i = 0; i < m->n_params; i++, off += m->params[i - 1].numel)
             ws->gmbp[i] = ws->gmb + off;
     }
-    if (bw && !direct) memset(ws->grads, 0, (size_t)nw * sizeof(float));
     *loss = 0;
     *bad = 0;
     for (int mb = 0; mb < nmb; mb++) {
@@ -317,9 +402,10 @@ static xent_status run_pass(const xent_model *m, xent_model_ws *ws,
         c.form = p->ce;
         c.threads = o->threads;
         c.nthr = xent__threads(o->threads);
+        c.keep_layers = keep_layers && nmb == 1;
         c.w = (const float *const *)ws->wptr;
         c.w_head = whead;
-        c.g = bw ? (direct ? ws->gptr : ws->gmbp) : NULL;
+        c.g = bw ? (direct || inplace ? ws->gptr : ws->gmbp) : NULL;
         c.tok = o->tokens + r0;
         c.lab = ws->lab + r0;
         double *rws = malloc((size_t)c.T * sizeof(double)); /* [Tm] */
@@ -335,17 +421,17 @@ static xent_status run_pass(const xent_model *m, xent_model_ws *ws,
         if (st) return st;
         *loss += c.loss / ls;
         if (!bw || direct) continue;
-        float inv = (float)(1.0 / ls);
-        for (int64_t i = 0; i < nw; i++) {
-            float v = ws->grads[i] + ws->gmb[i] * inv;
-            ws->grads[i] = rnd1(v, p->grad_accum);
-        }
+        accum_job aj = {ws->grads, inplace ? ws->grads : ws->gmb,
+                        (float)(1.0 / ls), p->grad_accum, mb == 0, 0, 0, {0}};
+        xent__parallel_for(nw, c.nthr, accum_range, &aj);
     }
-    for (int64_t i = 0; bw && i < nw; i++)
-        if (!isfinite(ws->grads[i])) {
-            *bad = 1;
-            break;
-        }
+    if (bw) {
+        int nt = xent__threads(o->threads);
+        nt = nt > 64 ? 64 : nt;
+        accum_job fj = {ws->grads, NULL, 0, XENT_F32, 0, nw, nt, {0}};
+        xent__parallel_for(nt, nt, finite_range, &fj);
+        for (int k = 0; k < nt; k++) *bad |= fj.bad[k];
+    }
     return XENT_OK;
 }
 
@@ -388,11 +474,11 @@ xent_status xent_model_run(const xent_model *m, xent_model_ws *ws,
     if (!rec) return xent__fail(XENT_ERR_NULL, "model_run: record is NULL");
     int64_t n_cnt = 0;
     if ((st = xent__model_targets(m, o, ws->lab, ws->rw, &n_cnt))) return st;
+    int thr = xent__threads(o->threads);
     const float *whead = NULL;
-    if ((st = ws_weights(ws, p, &whead))) return st;
+    if ((st = ws_weights(ws, p, &whead, thr))) return st;
     xent__rope_tables(&m->cfg, o->S, ws->rope,
                       ws->rope + o->S * m->cfg.head_dim / 2);
-    int thr = xent__threads(o->threads);
     openblas_set_num_threads(thr);
     int f16 = p->compute == XENT_F16 || p->residual == XENT_F16 ||
               p->norm == XENT_F16 || p->attn_softmax == XENT_F16 ||
@@ -401,10 +487,27 @@ xent_status xent_model_run(const xent_model *m, xent_model_ws *ws,
     double ls = p->loss_scale > 0 ? p->loss_scale : (f16 ? 65536.0 : 1.0);
     double loss = 0;
     int bad = 0;
+    xent_dtype body[4] = {p->compute, p->residual, p->norm, p->attn_softmax};
+    int one = p->micro_batches == 1;
+    int keep = one && ws->reuse_fwd && ws->fwd_ok && ws->fwd_B == o->B &&
+               ws->fwd_S == o->S &&
+               !memcmp(ws->fwd_dt, body, sizeof body) &&
+               !memcmp(ws->fwd_tok, o->tokens,
+                       (size_t)(o->B * o->S) * sizeof(int32_t));
+    ws->fwd_ok = 0; /* until a pass has completed */
     for (int tries = 0; tries < 24; tries++) {
-        if ((st = run_pass(m, ws, p, o, whead, ls, &loss, &bad))) return st;
+        st = run_pass(m, ws, p, o, whead, ls, keep, &loss, &bad);
+        if (st) return st;
+        keep = one; /* a retry at a smaller loss scale: the same forward */
         if (!bad || p->loss_scale > 0 || !o->backward || ls <= 1.0) break;
         ls *= 0.5;
+    }
+    if (one) {
+        memcpy(ws->fwd_dt, body, sizeof body);
+        ws->fwd_B = o->B;
+        ws->fwd_S = o->S;
+        memcpy(ws->fwd_tok, o->tokens, (size_t)(o->B * o->S) * sizeof(int32_t));
+        ws->fwd_ok = 1;
     }
     memset(rec, 0, sizeof *rec);
     rec->loss = loss;

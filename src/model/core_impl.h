@@ -12,6 +12,9 @@
 
 #include <cblas.h>
 #include <stdlib.h>
+#if ROUNDING && defined(__AVX512F__) && !defined(XENT_NO_SIMD)
+#include <immintrin.h>
+#endif
 #include <string.h>
 
 /* Per-layer saved activations (all [T, .] row-major). */
@@ -61,6 +64,9 @@ typedef struct {
     xent_ce_form form;   /* loss kernel (fp32 driver)                      */
     int threads;         /* for xent_ce                                    */
     int nthr;            /* resolved worker threads for the row loops      */
+    int keep_layers;     /* 1: x[0..L] and ly[] already hold this forward
+                            (same tokens, weights and body dtypes): the
+                            embedding and the layers are not recomputed    */
     double loss;         /* out: sum_t rw_t-weighted... see loss_step      */
 } xm_ctx;
 
@@ -77,11 +83,47 @@ static inline float rnd_bf16(float x) {
     memcpy(&y, &r, 4);
     return y;
 }
+#if defined(__AVX512F__) && !defined(XENT_NO_SIMD)
+/* 16 lanes of rnd_bf16: the same integer steps (RNE by carry, NaN kept
+ * quiet), so bitwise equal to the scalar form. */
+static inline __m512 rnd_bf16_x16(__m512 x) {
+    __m512i u = _mm512_castps_si512(x);
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16),
+                                   _mm512_set1_epi32(1));
+    __m512i r = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)),
+                                 lsb);
+    __m512i q = _mm512_or_si512(u, _mm512_set1_epi32(0x00400000));
+    __mmask16 nan = _mm512_cmpgt_epu32_mask(
+        _mm512_and_si512(u, _mm512_set1_epi32(0x7FFFFFFF)),
+        _mm512_set1_epi32(0x7F800000));
+    r = _mm512_mask_mov_epi32(r, nan, q);
+    return _mm512_castsi512_ps(
+        _mm512_and_si512(r, _mm512_set1_epi32((int)0xFFFF0000u)));
+}
+/* 16 lanes through fp16 and back: vcvtps2ph rounds to nearest even with
+ * subnormals and overflow as IEEE says, like the scalar conversion. */
+static inline __m512 rnd_f16_x16(__m512 x) {
+    return _mm512_cvtph_ps(_mm512_cvtps_ph(
+        x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+#define RND_SIMD 1
+#else
+#define RND_SIMD 0
+#endif
 static void rnd(R *p, int64_t n, xent_dtype t) {
+    int64_t i = 0;
     if (t == XENT_BF16) {
-        for (int64_t i = 0; i < n; i++) p[i] = rnd_bf16(p[i]);
+#if RND_SIMD
+        for (; i + 16 <= n; i += 16)
+            _mm512_storeu_ps(p + i, rnd_bf16_x16(_mm512_loadu_ps(p + i)));
+#endif
+        for (; i < n; i++) p[i] = rnd_bf16(p[i]);
     } else if (t == XENT_F16) {
-        for (int64_t i = 0; i < n; i++) p[i] = xent_round_to(p[i], XENT_F16);
+#if RND_SIMD
+        for (; i + 16 <= n; i += 16)
+            _mm512_storeu_ps(p + i, rnd_f16_x16(_mm512_loadu_ps(p + i)));
+#endif
+        for (; i < n; i++) p[i] = xent_round_to(p[i], XENT_F16);
     }
 }
 static inline R rnd1(R x, xent_dtype t) {
@@ -494,12 +536,13 @@ static xent_status model_fwd_bwd(xm_ctx *c, int backward) {
     const xent_model_config *m = c->c;
     int64_t D = m->dim, V = m->vocab, T = c->T;
     const R *E = c->w[0];
-    for (int64_t t = 0; t < T; t++) {
+    for (int64_t t = 0; !c->keep_layers && t < T; t++) {
         memcpy(c->x[0] + t * D, E + (int64_t)c->tok[t] * D,
                (size_t)D * sizeof(R));
         rnd(c->x[0] + t * D, D, c->dt_res);
     }
-    for (int64_t l = 0; l < m->n_layers; l++) layer_fwd(c, l);
+    for (int64_t l = 0; !c->keep_layers && l < m->n_layers; l++)
+        layer_fwd(c, l);
     int inorm = xent__pidx_norm(m);
     rmsnorm_fwd(c, c->x[m->n_layers], c->w[inorm], c->xnf, c->rmsf);
     /* logits = round(xnf, head) @ W_head^T, stored in the logits dtype */

@@ -200,6 +200,11 @@ typedef struct xent_model_ws xent_model_ws;
 xent_status xent_model_ws_new(const xent_model *m, int64_t B, int64_t S,
                               int record, xent_model_ws **out);
 void xent_model_ws_free(xent_model_ws *ws);
+/* on = 1: a run with the same tokens, B, S, one micro-batch and the same
+ * compute/residual/norm/attn_softmax dtypes as the previous run on ws skips
+ * the embedding and the layers' forward and reuses what that run left (the
+ * same bits; the caller promises the weights did not change). Default 0. */
+void xent_model_ws_reuse_forward(xent_model_ws *ws, int on);
 size_t xent_model_ws_bytes(const xent_model_ws *ws); /* arena size         */
 
 /* One forward (+ backward) of the loss under policy `prec`. opts->B/S must
