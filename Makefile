@@ -101,7 +101,7 @@ demo: setup
 	@$(MAKE) --no-print-directory all
 	$(BUILD)/xent sweep
 	@$(MAKE) --no-print-directory model
-	$(BUILD)/xent audit $(DEMO_ARGS)
+	$(DEMO_BLAS) $(BUILD)/xent audit $(DEMO_ARGS)
 
 bench: all
 	@sh bench/run_cpu.sh

@@ -562,8 +562,16 @@ TEST(audit_cli_end_to_end) {
     expect_cli(dir, args, 2, "err", "accepted keys: compute, residual");
     snprintf(args, sizeof args, "--model %s --variant bf16", gguf);
     expect_cli(dir, args, 2, "err", "no fp32 reference");
-    snprintf(args, sizeof args, "--model %s --device cuda", gguf);
-    expect_cli(dir, args, 2, "err", "accepted: cpu");
+    snprintf(args, sizeof args, "--model %s --device tpu", gguf);
+    expect_cli(dir, args, 2, "err", "accepted: cpu, cuda");
+    if (xent_cuda_device_count() < 1) {
+        snprintf(args, sizeof args, "--model %s --device cuda", gguf);
+        expect_cli(dir, args, 2, "err", "no CUDA device");
+    } else { /* the variants' products on the GPU */
+        snprintf(args, sizeof args, "--model %s --seq-len 4 --device cuda --variant fp32 "
+                 "--variant bf16", gguf);
+        expect_cli(dir, args, 0, "out", "products on the GPU (cuBLAS)");
+    }
     snprintf(args, sizeof args, "--model %s/missing.gguf", dir);
     expect_cli(dir, args, 1, "err", "missing.gguf");
     snprintf(args, sizeof args, "--model %s --text %s", gguf, gguf);

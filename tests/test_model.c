@@ -318,6 +318,86 @@ TEST(model_bf16_policy_stores_bf16) {
     xent_model_free(m);
 }
 
+/* The products on the GPU (gemm_device = 1, xent audit --device cuda)
+ * against OpenBLAS on the same stored values. fp32 policy: both are fp32
+ * sums of the same products in different orders (|error| <= K u sum|a b|
+ * each, K <= 64 here): loss and gradients within 2e-5 relative. bf16
+ * policy: the accumulation order moves a stored value across a bf16
+ * rounding boundary now and then (one bf16 ulp, 2^-8 relative), and that
+ * propagates: the loss within 1e-2 relative, every stored array still
+ * bf16. Two bf16 runs that differ only in accumulation order differ by
+ * about the bf16 error itself (1-10% on gradients, docs/audit.md), so the
+ * gradients are only held to 0.1 relative RMS: enough to catch a wrong
+ * product (a transposed or mistyped operand gives O(1)). Without a GPU the
+ * run fails with a clear status and message. */
+TEST(model_gpu_products_match_cpu) {
+    xent_model *m = tiny_model(1, 0, "llama");
+    int64_t B = 2, S = 8, T = B * S;
+    int32_t tok[16];
+    random_tokens(tok, T, 64);
+    xent_model_ws *ws = NULL;
+    CHECK(xent_model_ws_new(m, B, S, 1, &ws) == XENT_OK, "%s", xent_last_error());
+    xent_model_run_opts o;
+    xent_model_run_opts_init(&o);
+    o.B = B, o.S = S, o.tokens = tok, o.record = 1;
+    xent_precision p = xent_precision_fp32();
+    xent_model_record r;
+    if (xent_cuda_device_count() < 1) {
+        o.gemm_device = 1;
+        xent_status st = xent_model_run(m, ws, &p, &o, &r);
+        CHECK(st == XENT_ERR_UNSUPPORTED || st == XENT_ERR_CUDA, "status %d", (int)st);
+        CHECK(strstr(xent_last_error(), "model products") ||
+              strstr(xent_last_error(), "device cuda"), "message: %s", xent_last_error());
+        xt_skip("no CUDA device: the GPU products were not compared");
+        xent_model_ws_free(ws);
+        xent_model_free(m);
+        return;
+    }
+    int64_t nw = xent_model_n_weights(m);
+    float *g0 = malloc((size_t)nw * sizeof(float));
+    for (int pol = 0; pol < 2; pol++) {
+        if (pol == 1) {
+            p.compute = p.residual = p.norm = p.attn_softmax = p.logits = XENT_BF16;
+            p.lm_head = XENT_BF16;
+        }
+        o.gemm_device = 0;
+        CHECK(xent_model_run(m, ws, &p, &o, &r) == XENT_OK, "%s", xent_last_error());
+        double l0 = r.loss;
+        int64_t off = 0;
+        for (int i = 0; i < m->n_params; off += m->params[i].numel, i++)
+            memcpy(g0 + off, r.param_grads[i], (size_t)m->params[i].numel * sizeof(float));
+        o.gemm_device = 1;
+        CHECK(xent_model_run(m, ws, &p, &o, &r) == XENT_OK, "%s", xent_last_error());
+        double tol = pol ? 1e-2 : 2e-5;
+        CHECK(fabs(r.loss - l0) <= tol * fabs(l0), "policy %d: loss %.9g (GPU) vs %.9g",
+              pol, r.loss, l0);
+        off = 0;
+        for (int i = 0; i < m->n_params; off += m->params[i].numel, i++) {
+            double num = 0, den = 0;
+            for (int64_t k = 0; k < m->params[i].numel; k++) {
+                double d = (double)r.param_grads[i][k] - g0[off + k];
+                num += d * d;
+                den += (double)g0[off + k] * g0[off + k];
+            }
+            double e = den > 0 ? sqrt(num / den) : sqrt(num);
+            printf("    policy %s: %s gradient, GPU vs CPU products: relative RMS %.3g\n",
+                   pol ? "bf16" : "fp32", m->params[i].name, e);
+            CHECK(e <= (pol ? 0.1 : 2e-5) && e == e, "policy %d: %s: relative RMS %.3g", pol,
+                  m->params[i].name, e);
+        }
+        if (pol == 1)
+            for (int64_t i = 0; i < T * 64; i++) {
+                float v = r.logits[i];
+                CHECK(xent_bf16_to_f32(xent_f32_to_bf16(v)) == v, "logit %lld not bf16",
+                      (long long)i);
+                CHECK_LIMIT(5);
+            }
+    }
+    free(g0);
+    xent_model_ws_free(ws);
+    xent_model_free(m);
+}
+
 /* ---- loaders -------------------------------------------------------------- */
 
 static char *tmpdir(void) {

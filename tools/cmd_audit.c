@@ -57,7 +57,10 @@ static void usage(FILE *f) {
         "                      none)\n"
         "  --threads N         CPU threads (default 0: XENT_NUM_THREADS, else all\n"
         "                      cores)\n"
-        "  --device cpu|cuda   (default cpu; cuda is not available for the audit)\n"
+        "  --device cpu|cuda   where the variants' matrix products run (default\n"
+        "                      cpu: OpenBLAS on the rounded values; cuda: cuBLAS,\n"
+        "                      real bf16/fp16 tensor-core products of the same\n"
+        "                      values; the fp32 reference always runs on the CPU)\n"
         "  --quiet             no progress lines on stderr (default: one per\n"
         "                      variant)\n"
         "  -h, --help          this text\n\n"
@@ -143,10 +146,15 @@ static int parse_args(audit_args *a, int argc, char **argv) {
         int rc = parse_flag(a, argc, argv, &i);
         if (rc) return rc;
     }
-    if (strcmp(a->device, "cpu")) {
-        fprintf(stderr, "xent audit: --device %s: only cpu is available (the "
-                "audit emulates bf16/fp16 storage on the CPU; accepted: cpu)\n",
-                a->device);
+    if (!strcmp(a->device, "cuda")) {
+        if (xent_cuda_device_count() < 1) {
+            fprintf(stderr, "xent audit: --device cuda: no CUDA device (this build: %s)\n",
+                    xent_version());
+            return 2;
+        }
+        a->o.gemm_device = 1;
+    } else if (strcmp(a->device, "cpu")) {
+        fprintf(stderr, "xent audit: --device %s: accepted: cpu, cuda\n", a->device);
         return 2;
     }
     if (!a->have_variants) xent__audit_default_variants(&a->variants);

@@ -157,6 +157,7 @@ typedef struct xent_audit_result {
     int n_layers;
     int tied_head;         /* LM head shares the embeddings' gradient */
     int threads;
+    int gemm_device;       /* the variants' products: 0 CPU, 1 GPU            */
     double total_seconds;  /* whole audit, wall time */
     /* tokens actually run: [batch][seq_len] ids; targets = tokens shifted */
     int32_t *tokens;       /* [batch * seq_len] */
@@ -250,6 +251,9 @@ typedef struct xent_audit_opts {
     int64_t batch;         /* default 1                                      */
     int threads;           /* default 0: XENT_NUM_THREADS, else all cores    */
     int progress;          /* default 1: a line per variant on stderr        */
+    int gemm_device;       /* default 0; 1: the variants' matrix products on
+                              the GPU (cuBLAS, real tensor-core bf16/f16
+                              products); the fp32 reference stays on the CPU */
 } xent_audit_opts;
 
 void xent__audit_opts_init(xent_audit_opts *o);

@@ -40,11 +40,13 @@ static void write_settings(FILE *f, const xent_audit_result *r) {
     jstr(f, r->input);
     fprintf(f, ", \"seed\": %llu, \"seq_len\": %lld, \"batch\": %lld, "
             "\"n_tokens\": %lld, \"n_targets\": %lld, \"n_layers\": %d, "
-            "\"tied_head\": %s, \"threads\": %d, \"reference\": ",
+            "\"tied_head\": %s, \"threads\": %d, "
+            "\"variant_products\": \"%s\", \"reference\": ",
             (unsigned long long)r->seed, (long long)r->seq_len,
             (long long)r->batch, (long long)r->n_tokens,
             (long long)r->n_targets, r->n_layers,
-            r->tied_head ? "true" : "false", r->threads);
+            r->tied_head ? "true" : "false", r->threads,
+            r->gemm_device ? "cuda (cuBLAS)" : "cpu (OpenBLAS)");
     jstr(f, r->variants.v[r->ref].name);
     fputs(", \"seconds\": ", f);
     jnum(f, r->total_seconds);

@@ -54,6 +54,7 @@ struct xent_model_ws {
     int reuse_fwd;      /* xent_model_ws_reuse_forward                      */
     int fwd_ok;         /* 1: the fields below describe the arena           */
     xent_dtype fwd_dt[4]; /* compute, residual, norm, attn_softmax          */
+    int fwd_dev;        /* gemm_device of that forward                      */
     int64_t fwd_B, fwd_S;
     int32_t *fwd_tok;   /* [B*S]                                            */
 };
@@ -403,6 +404,8 @@ static xent_status run_pass(const xent_model *m, xent_model_ws *ws,
         c.threads = o->threads;
         c.nthr = xent__threads(o->threads);
         c.keep_layers = keep_layers && nmb == 1;
+        c.gpu = o->gemm_device != 0;
+        c.gpu_st = XENT_OK;
         c.w = (const float *const *)ws->wptr;
         c.w_head = whead;
         c.g = bw ? (direct || inplace ? ws->gptr : ws->gmbp) : NULL;
@@ -417,6 +420,7 @@ static xent_status run_pass(const xent_model *m, xent_model_ws *ws,
         c.logprob = ws->logprob + r0;
         if (!o->record) c.rec_dx = NULL, c.rec_dx0 = NULL;
         xent_status st = model_fwd_bwd(&c, bw);
+        if (st == XENT_OK && c.gpu_st != XENT_OK) st = c.gpu_st;
         free(rws);
         if (st) return st;
         *loss += c.loss / ls;
@@ -490,7 +494,7 @@ xent_status xent_model_run(const xent_model *m, xent_model_ws *ws,
     xent_dtype body[4] = {p->compute, p->residual, p->norm, p->attn_softmax};
     int one = p->micro_batches == 1;
     int keep = one && ws->reuse_fwd && ws->fwd_ok && ws->fwd_B == o->B &&
-               ws->fwd_S == o->S &&
+               ws->fwd_S == o->S && ws->fwd_dev == o->gemm_device &&
                !memcmp(ws->fwd_dt, body, sizeof body) &&
                !memcmp(ws->fwd_tok, o->tokens,
                        (size_t)(o->B * o->S) * sizeof(int32_t));
@@ -506,6 +510,7 @@ xent_status xent_model_run(const xent_model *m, xent_model_ws *ws,
         memcpy(ws->fwd_dt, body, sizeof body);
         ws->fwd_B = o->B;
         ws->fwd_S = o->S;
+        ws->fwd_dev = o->gemm_device;
         memcpy(ws->fwd_tok, o->tokens, (size_t)(o->B * o->S) * sizeof(int32_t));
         ws->fwd_ok = 1;
     }

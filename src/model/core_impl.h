@@ -64,6 +64,8 @@ typedef struct {
     xent_ce_form form;   /* loss kernel (fp32 driver)                      */
     int threads;         /* for xent_ce                                    */
     int nthr;            /* resolved worker threads for the row loops      */
+    int gpu;             /* 1: matrix products on the GPU (fp32 driver)    */
+    xent_status gpu_st;  /* first error of a GPU product (XENT_OK: none)   */
     int keep_layers;     /* 1: x[0..L] and ly[] already hold this forward
                             (same tokens, weights and body dtypes): the
                             embedding and the layers are not recomputed    */
@@ -149,24 +151,48 @@ static const R *as_comp(xm_ctx *c, const R *src, int64_t n) {
 
 /* ---- matrix products (row-major) ---------------------------------------- */
 
+#if ROUNDING
+#include "model/gemm_device.h"
+/* A product on the GPU (real bf16/f16 tensor-core products of the same
+ * stored values); the first error is kept in c->gpu_st and later products
+ * are skipped (the run then fails with it). */
+static void mm_gpu(xm_ctx *c, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                   R alpha, const R *A, int64_t lda, const R *B, int64_t ldb,
+                   R beta, R *C, int64_t ldc) {
+    if (c->gpu_st == XENT_OK)
+        c->gpu_st = xent__gemm_device(ta, tb, M, N, K, alpha, A, lda, B, ldb,
+                                      beta, C, ldc, c->dt_comp);
+}
+#define MM_GPU(ta, tb)                                                        \
+    if (c->gpu) {                                                             \
+        mm_gpu(c, ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);      \
+        return;                                                               \
+    }
+#else
+#define MM_GPU(ta, tb) (void)c;
+#endif
+
 /* C[M,N] = alpha * A[M,K] B[N,K]^T + beta * C */
-static void mm_nt(int64_t M, int64_t N, int64_t K, R alpha, const R *A,
-                  int64_t lda, const R *B, int64_t ldb, R beta, R *C,
-                  int64_t ldc) {
+static void mm_nt(xm_ctx *c, int64_t M, int64_t N, int64_t K, R alpha,
+                  const R *A, int64_t lda, const R *B, int64_t ldb, R beta,
+                  R *C, int64_t ldc) {
+    MM_GPU(0, 1)
     GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K,
          alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
 }
 /* C[M,N] = alpha * A[M,K] B[K,N] + beta * C */
-static void mm_nn(int64_t M, int64_t N, int64_t K, R alpha, const R *A,
-                  int64_t lda, const R *B, int64_t ldb, R beta, R *C,
-                  int64_t ldc) {
+static void mm_nn(xm_ctx *c, int64_t M, int64_t N, int64_t K, R alpha,
+                  const R *A, int64_t lda, const R *B, int64_t ldb, R beta,
+                  R *C, int64_t ldc) {
+    MM_GPU(0, 0)
     GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)N, (int)K,
          alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
 }
 /* C[M,N] = alpha * A[K,M]^T B[K,N] + beta * C */
-static void mm_tn(int64_t M, int64_t N, int64_t K, R alpha, const R *A,
-                  int64_t lda, const R *B, int64_t ldb, R beta, R *C,
-                  int64_t ldc) {
+static void mm_tn(xm_ctx *c, int64_t M, int64_t N, int64_t K, R alpha,
+                  const R *A, int64_t lda, const R *B, int64_t ldb, R beta,
+                  R *C, int64_t ldc) {
+    MM_GPU(1, 0)
     GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)M, (int)N, (int)K,
          alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
 }
@@ -175,7 +201,7 @@ static void mm_tn(int64_t M, int64_t N, int64_t K, R alpha, const R *A,
  * x must already hold compute-dtype values. */
 static void linear_fwd(xm_ctx *c, const R *x, int64_t in, const R *W,
                        const R *bias, int64_t out, R *y) {
-    mm_nt(c->T, out, in, 1, x, in, W, in, 0, y, out);
+    mm_nt(c, c->T, out, in, 1, x, in, W, in, 0, y, out);
     if (bias)
         for (int64_t t = 0; t < c->T; t++)
             for (int64_t o = 0; o < out; o++) y[t * out + o] += bias[o];
@@ -189,7 +215,7 @@ static void linear_bwd(xm_ctx *c, const R *dy, int64_t out, const R *x,
                        int64_t in, const R *W, R *dW, R *db, R *dx, R beta) {
     if (dW) {
         const R *xc = as_comp(c, x, c->T * in);
-        mm_tn(out, in, c->T, 1, dy, out, xc, in, 0, dW, in);
+        mm_tn(c, out, in, c->T, 1, dy, out, xc, in, 0, dW, in);
         rnd(dW, out * in, c->dt_comp);
     }
     if (db) { /* summed in double over the tokens */
@@ -201,7 +227,7 @@ static void linear_bwd(xm_ctx *c, const R *dy, int64_t out, const R *x,
         rnd(db, out, c->dt_comp);
     }
     if (dx) {
-        mm_nn(c->T, in, out, 1, dy, out, W, in, beta, dx, in);
+        mm_nn(c, c->T, in, out, 1, dy, out, W, in, beta, dx, in);
         rnd(dx, c->T * in, c->dt_comp);
     }
 }
@@ -353,14 +379,14 @@ static void attention_fwd(xm_ctx *c, xm_layer *L) {
     R scale = (R)(1.0 / sqrt((double)hd));
     for (int64_t b = 0; b < c->B; b++)
         for (int64_t h = 0; h < nh; h++)
-            mm_nt(S, S, hd, scale, L->q + b * S * qd + h * hd, qd,
+            mm_nt(c, S, S, hd, scale, L->q + b * S * qd + h * hd, qd,
                   L->k + b * S * kvd + (h / grp) * hd, kvd, 0,
                   L->att + (b * nh + h) * S * S, S);
     pjob j = {.c = c, .y = L->att};
     pfor(c, c->B * nh * S, softmax_rows, &j);
     for (int64_t b = 0; b < c->B; b++)
         for (int64_t h = 0; h < nh; h++)
-            mm_nn(S, hd, S, 1, L->att + (b * nh + h) * S * S, S,
+            mm_nn(c, S, hd, S, 1, L->att + (b * nh + h) * S * S, S,
                   L->v + b * S * kvd + (h / grp) * hd, kvd, 0,
                   L->ao + b * S * qd + h * hd, qd);
     rnd(L->ao, c->T * qd, c->dt_comp);
@@ -397,9 +423,9 @@ static void attention_bwd(xm_ctx *c, xm_layer *L) {
             const R *P = L->att + (b * nh + h) * S * S;
             const R *dO = c->dao + b * S * qd + h * hd;
             int64_t kv = b * S * kvd + (h / grp) * hd;
-            mm_nt(S, S, hd, 1, dO, qd, L->v + kv, kvd, 0,
+            mm_nt(c, S, S, hd, 1, dO, qd, L->v + kv, kvd, 0,
                   c->datt + (b * nh + h) * S * S, S);
-            mm_tn(S, hd, S, 1, P, S, dO, qd, 1, c->dv + kv, kvd);
+            mm_tn(c, S, hd, S, 1, P, S, dO, qd, 1, c->dv + kv, kvd);
         }
     pjob j = {.c = c, .x = L->att, .y = c->datt};
     pfor(c, c->B * nh * S, dsoftmax_rows, &j);
@@ -407,9 +433,9 @@ static void attention_bwd(xm_ctx *c, xm_layer *L) {
         for (int64_t h = 0; h < nh; h++) {
             const R *dS = c->datt + (b * nh + h) * S * S;
             int64_t kv = b * S * kvd + (h / grp) * hd;
-            mm_nn(S, hd, S, scale, dS, S, L->k + kv, kvd, 0,
+            mm_nn(c, S, hd, S, scale, dS, S, L->k + kv, kvd, 0,
                   c->dq + b * S * qd + h * hd, qd);
-            mm_tn(S, hd, S, scale, dS, S, L->q + b * S * qd + h * hd, qd, 1,
+            mm_tn(c, S, hd, S, scale, dS, S, L->q + b * S * qd + h * hd, qd, 1,
                   c->dk + kv, kvd);
         }
     rnd(c->dq, c->T * qd, c->dt_comp);
@@ -554,16 +580,16 @@ static xent_status model_fwd_bwd(xm_ctx *c, int backward) {
         xh = c->scr;
     }
 #endif
-    mm_nt(T, V, D, 1, xh, D, c->w_head, D, 0, c->logits, V);
+    mm_nt(c, T, V, D, 1, xh, D, c->w_head, D, 0, c->logits, V);
     rnd(c->logits, T * V, c->dt_logits);
     xent_status st = loss_step(c, backward);
     if (st || !backward) return st;
     /* head: dxnf = dlogits W_head; dW_head (+)= dlogits^T xnf */
     int ih = xent__pidx_head(m);
     R *dWh = c->g[ih];
-    mm_tn(V, D, T, 1, c->dlogits, V, xh, D, 0, dWh, D);
+    mm_tn(c, V, D, T, 1, c->dlogits, V, xh, D, 0, dWh, D);
     rnd(dWh, V * D, c->dt_comp);
-    mm_nn(T, D, V, 1, c->dlogits, V, c->w_head, D, 0, c->dxn, D);
+    mm_nn(c, T, D, V, 1, c->dlogits, V, c->w_head, D, 0, c->dxn, D);
     rnd(c->dxn, T * D, c->dt_comp);
     rmsnorm_bwd(c, c->x[m->n_layers], c->w[inorm], c->rmsf, c->dxn, c->dx,
                 c->g[inorm], 0);

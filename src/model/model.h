@@ -165,6 +165,10 @@ typedef struct xent_model_run_opts {
     int backward;             /* 1: also gradients (default 1)              */
     int record;               /* 1: keep every recorded tensor (below)      */
     int threads;              /* 0: XENT_NUM_THREADS else all cores         */
+    int gemm_device;          /* 0: matrix products by OpenBLAS (default);
+                                 1: on the GPU (cuBLAS: real bf16/f16
+                                 tensor-core products of the same values;
+                                 src/model/gemm_device.h)                   */
 } xent_model_run_opts;
 
 void xent_model_run_opts_init(xent_model_run_opts *o);
