@@ -15,32 +15,11 @@
 #include <stdlib.h>
 
 #ifdef XENT_WITH_CUDA
-#include <cuda_runtime_api.h>
+#include "cuda_harness.h"
 
 /* ------------------------------------------------------------------ */
 /* Helpers                                                             */
 /* ------------------------------------------------------------------ */
-
-static int gpu_ready(void) {
-    if (xent_cuda_device_count() > 0) return 1;
-    xt_skip("no CUDA device (cudaGetDeviceCount found none): GPU tests not run");
-    return 0;
-}
-
-static void *dev_alloc(size_t n) {
-    void *p = NULL;
-    if (cudaMalloc(&p, n ? n : 1) != cudaSuccess) return NULL;
-    cudaMemset(p, 0xFF, n ? n : 1); /* NaN everywhere: unwritten shows */
-    return p;
-}
-static void *dev_copy(const void *h, size_t n) {
-    void *p = dev_alloc(n);
-    if (p && n) cudaMemcpy(p, h, n, cudaMemcpyHostToDevice);
-    return p;
-}
-static void host_copy(void *h, const void *d, size_t n) {
-    if (d && n) cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost);
-}
 
 static uint16_t to_dt16(float f, xent_dtype dt) {
     return dt == XENT_BF16 ? xent_f32_to_bf16(f) : xent_f32_to_f16(f);

@@ -28,35 +28,9 @@
 #include <stdlib.h>
 
 #ifdef XENT_WITH_CUDA
-#include <cuda_runtime_api.h>
+#include "cuda_harness.h"
 
 /* ---- helpers ---------------------------------------------------------------- */
-
-static int gpu_ready(void) {
-    if (xent_cuda_device_count() > 0) return 1;
-    xt_skip("no CUDA device (cudaGetDeviceCount found none): GPU tests not run");
-    return 0;
-}
-
-/* Device buffer of n bytes filled with 0xFF (NaN for floats and doubles). */
-static void *dev_alloc(size_t n) {
-    void *p = NULL;
-    if (cudaMalloc(&p, n ? n : 1) != cudaSuccess) return NULL;
-    cudaMemset(p, 0xFF, n ? n : 1);
-    return p;
-}
-static void *dev_copy(const void *h, size_t n) {
-    if (!h) return NULL;
-    void *p = dev_alloc(n);
-    if (p && n) cudaMemcpy(p, h, n, cudaMemcpyHostToDevice);
-    return p;
-}
-static void host_copy(void *h, const void *d, size_t n) {
-    if (d && n) cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost);
-}
-static void dev_free(const void *d) {
-    if (d) cudaFree((void *)d);
-}
 
 /* 1 when every byte of device buffer d [n] is still 0xFF. */
 static int dev_untouched(const void *d, size_t n) {

@@ -195,6 +195,16 @@ xent_status xc_zero_rows(xent_ce_output *out, const xent_ce_opts *o, cudaStream_
     return st;
 }
 
+void xc_set_outputs(xc_params *p, const xent_ce_output *out) {
+    p->nll = out->nll;
+    p->logprob = out->logprob;
+    p->lse = out->lse;
+    p->entropy = out->entropy;
+    p->stats = out->stats;
+    p->loss_rows = p->reduction == XENT_REDUCE_NONE ? out->loss : NULL;
+    p->extra = out->entropy != NULL || p->eps != 0;
+}
+
 /* Common tail of the forward calls: rows (or combine), then reductions. */
 static xent_status xc_forward(const char *fn, xc_params *p, xent_ce_output *out,
                               int combine, cudaStream_t s) {
@@ -207,13 +217,7 @@ static xent_status xc_forward(const char *fn, xc_params *p, xent_ce_output *out,
     if (st == XENT_OK) {
         p->rec = sc.rec;
         p->acc = sc.acc;
-        p->nll = out->nll;
-        p->logprob = out->logprob;
-        p->lse = out->lse;
-        p->entropy = out->entropy;
-        p->stats = out->stats;
-        p->loss_rows = p->reduction == XENT_REDUCE_NONE ? out->loss : NULL;
-        p->extra = out->entropy != NULL || p->eps != 0;
+        xc_set_outputs(p, out);
         int e = combine ? xc_launch_combine(p, s) : xc_launch_rows(p, xc_block(p->V), s);
         st = xc_cuda((cudaError_t)e, combine ? "combine kernel" : "row kernel");
     }

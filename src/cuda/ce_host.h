@@ -23,6 +23,9 @@ xc_params xc_make(const xent_ce_input *in, const xent_ce_opts *o);
  * target; when checking, synchronizes `s` and reports the first bad row. */
 xent_status xc_label_pass(const char *fn, const xc_params *p, xc_label_rec *rec_d,
                           cudaStream_t s);
+/* The per-row forward outputs of `out` into p (loss rows for reduction
+ * NONE; extra = entropy or label smoothing needs the second sums). */
+void xc_set_outputs(xc_params *p, const xent_ce_output *out);
 /* Zero the reduced loss (not for reduction NONE) and the counts: T = 0. */
 xent_status xc_zero_rows(xent_ce_output *out, const xent_ce_opts *o, cudaStream_t s);
 

@@ -614,13 +614,7 @@ extern "C" xent_status xent_cuda_linear_ce(const xent_linear_input *in,
     if (in->T == 0 && !xl_has_grads(grads)) return xc_zero_rows(out, opts, r.s);
     xc_params *p = &r.base;
     p->mode = XC_MODE_FWD;
-    p->nll = out->nll;
-    p->logprob = out->logprob;
-    p->lse = out->lse;
-    p->entropy = out->entropy;
-    p->stats = out->stats;
-    p->loss_rows = p->reduction == XENT_REDUCE_NONE ? out->loss : NULL;
-    p->extra = out->entropy != NULL || p->eps != 0;
+    xc_set_outputs(p, out);
     r.out = out;
     r.want_reduce = (out->loss && p->reduction != XENT_REDUCE_NONE) || out->n_counted ||
                     out->n_nonfinite;
@@ -644,9 +638,7 @@ extern "C" xent_status xent_cuda_linear_logprobs(const xent_linear_input *in,
     xl_run r;
     xl_run_init(&r, fn, in, opts, NULL, stream);
     r.base.mode = XC_MODE_FWD;
-    r.base.logprob = logprob;
-    r.base.entropy = entropy;
-    r.base.extra = entropy != NULL || r.base.eps != 0;
+    xc_set_outputs(&r.base, &out);
     r.out = &out;
     return xl_execute(&r, workspace, workspace_bytes);
 }
