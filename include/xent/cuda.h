@@ -119,7 +119,8 @@ typedef struct xent_linear_grads {
  * time (fp32 [512, V]); forward only, the logits fp32 [rows, V]. Besides:
  * 16 bytes a row, an fp32 accumulator [V, H] when the weight gradient is
  * not fp32, and [V] doubles for a bias gradient. A call uses the largest
- * group its workspace holds. */
+ * group its workspace holds. Returns 0 when `in` is NULL or its T, H or V
+ * is out of range (the call itself then names the problem). */
 size_t xent_cuda_linear_workspace(const xent_linear_input *in,
                                   const xent_linear_grads *grads,
                                   int64_t chunk_rows);

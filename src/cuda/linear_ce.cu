@@ -215,7 +215,10 @@ static int64_t xl_bytes(const xl_layout *L, int64_t tg) {
 /* The largest group (<= cap) whose chunk buffers fit in `room` bytes; 0 if
  * not even one row fits. */
 static int64_t xl_fit(const xl_layout *L, int64_t room, int64_t cap) {
-    int64_t lo = 0, hi = cap;
+    /* more rows than room / (bytes a row needs at least) cannot fit; the
+     * bound also keeps rows * bytes below 2^63 */
+    const int64_t least = L->grow ? L->grow : L->lrow;
+    int64_t lo = 0, hi = room / least + 1 < cap ? room / least + 1 : cap;
     while (lo < hi) {
         int64_t mid = lo + (hi - lo + 1) / 2;
         if (xl_chunk_bytes(L, mid) <= room) lo = mid;
