@@ -887,3 +887,185 @@ TEST(model_hf_sharded) {
     xent_model_free(m);
     rm_dir(d);
 }
+
+/* ---- GGUF duplicates and token types --------------------------------------- */
+
+static uint8_t *find_bytes(uint8_t *b, size_t n, const char *s) {
+    size_t k = strlen(s);
+    for (size_t i = 0; i + k <= n; i++)
+        if (!memcmp(b + i, s, k)) return b + i;
+    return NULL;
+}
+
+/* parse_copy on f with key/tensor name `from` renamed to `to` (same length). */
+static xent_status parse_renamed(const uint8_t *f, size_t n, const char *from,
+                                 const char *to) {
+    uint8_t *g = malloc(n);
+    memcpy(g, f, n);
+    uint8_t *at = find_bytes(g, n, from);
+    xent_status st = XENT_ERR_INTERNAL;
+    if (at && strlen(to) == strlen(from)) {
+        memcpy(at, to, strlen(to));
+        st = parse_copy(g, n);
+    } else {
+        CHECK(0, "'%s' not found in the file", from);
+    }
+    free(g);
+    return st;
+}
+
+static int param_index(const xent_model *m, const char *name) {
+    for (int i = 0; i < m->n_params; i++)
+        if (!strcmp(m->params[i].name, name)) return i;
+    return -1;
+}
+
+TEST(model_gguf_duplicates_and_token_types) {
+    xent_model *m = tiny_model(0, 0, "llama");
+    CHECK(m != NULL, "model");
+    if (!m) return;
+    /* a 64-token tokenizer ("t0".."t63", no merges) so the file carries
+     * tokenizer.ggml.tokens / token_type / merges */
+    char names[64][16], *toks[64];
+    size_t tl[64];
+    int32_t types[64];
+    for (int i = 0; i < 64; i++) {
+        snprintf(names[i], sizeof names[i], "t%d", i);
+        toks[i] = names[i], tl[i] = strlen(names[i]), types[i] = 1;
+    }
+    CHECK(xent__tokenizer_new(toks, tl, 64, NULL, NULL, 0, types, "default",
+                              &m->tok) == XENT_OK, "%s", xent_last_error());
+    char *d = tmpdir();
+    if (!d) {
+        xent_model_free(m);
+        return;
+    }
+    char gg[128];
+    snprintf(gg, sizeof gg, "%s/tok.gguf", d);
+    CHECK(xent_model_save_gguf(m, gg) == XENT_OK, "%s", xent_last_error());
+    uint8_t *f = NULL;
+    size_t n = 0;
+    CHECK(read_all(gg, &f, &n) == 0, "read");
+    if (!f) goto done;
+    CHECK(parse_copy(f, n) == XENT_OK, "valid file: %s", xent_last_error());
+    const char *err;
+
+    /* duplicate metadata keys: general.alignment (key 1) renamed to
+     * llama.block_count (key 2); tokenizer.ggml.merges (key 14) renamed to
+     * tokenizer.ggml.tokens (key 12) */
+    xent_status st = parse_renamed(f, n, "general.alignment",
+                                   "llama.block_count");
+    err = xent_last_error();
+    CHECK(st == XENT_ERR_FORMAT && strstr(err, "'llama.block_count'") &&
+              strstr(err, "keys 1 and 2"),
+          "duplicate key: status %d (%s)", (int)st, err);
+    st = parse_renamed(f, n, "tokenizer.ggml.merges", "tokenizer.ggml.tokens");
+    err = xent_last_error();
+    CHECK(st == XENT_ERR_FORMAT && strstr(err, "'tokenizer.ggml.tokens'") &&
+              strstr(err, "keys 12 and 14"),
+          "duplicate tokens key: status %d (%s)", (int)st, err);
+
+    /* duplicate tensor: blk.0.attn_q.weight renamed to blk.1.attn_q.weight
+     * (tensor infos are written in parameter order) */
+    int i0 = param_index(m, "model.layers.0.self_attn.q_proj.weight"),
+        i1 = param_index(m, "model.layers.1.self_attn.q_proj.weight");
+    char want[64];
+    snprintf(want, sizeof want, "tensor infos %d and %d", i0 < i1 ? i0 : i1,
+             i0 < i1 ? i1 : i0);
+    st = parse_renamed(f, n, "blk.0.attn_q.weight", "blk.1.attn_q.weight");
+    err = xent_last_error();
+    CHECK(i0 >= 0 && i1 >= 0 && st == XENT_ERR_FORMAT &&
+              strstr(err, "'blk.1.attn_q.weight'") && strstr(err, want),
+          "duplicate tensor: status %d (%s), want '%s'", (int)st, err, want);
+
+    /* token_type with the wrong element type (same size: the file stays
+     * well-formed): u32, f32 */
+    const char *tk = "tokenizer.ggml.token_type";
+    uint8_t *g = malloc(n);
+    uint8_t *at = find_bytes(f, n, tk);
+    CHECK(at != NULL, "token_type not found");
+    if (!at) goto done_g;
+    size_t atype_off = (size_t)(at - f) + strlen(tk) + 4;
+    uint32_t bad_t[] = {XENT__GT_U32, XENT__GT_F32};
+    const char *bad_nm[] = {"array of 64 u32", "array of 64 f32"};
+    for (int k = 0; k < 2; k++) {
+        memcpy(g, f, n);
+        memcpy(g + atype_off, &bad_t[k], 4);
+        st = parse_copy(g, n);
+        err = xent_last_error();
+        CHECK(st == XENT_ERR_FORMAT && strstr(err, tk) &&
+                  strstr(err, bad_nm[k]) && strstr(err, "i32"),
+              "token_type of %s: status %d (%s)", bad_nm[k], (int)st, err);
+    }
+
+    /* 63 tokens, 64 token types: the tokens array's last two strings
+     * become one ("t62" takes in the length field and bytes of "t63") */
+    const char *tkk = "tokenizer.ggml.tokens";
+    at = find_bytes(f, n, tkk);
+    CHECK(at != NULL, "tokens not found");
+    if (!at) goto done_g;
+    size_t cnt_off = (size_t)(at - f) + strlen(tkk) + 8, pos = cnt_off + 8;
+    uint64_t cnt, len = 0;
+    memcpy(&cnt, f + cnt_off, 8);
+    CHECK(cnt == 64, "tokens count %llu", (unsigned long long)cnt);
+    for (int k = 0; k < 62 && pos + 8 <= n; k++) {
+        memcpy(&len, f + pos, 8);
+        pos += 8 + len;
+    }
+    memcpy(g, f, n);
+    put64(g + cnt_off, 63);
+    put64(g + pos, 3 + 8 + 3); /* "t62" + len("t63") + "t63" */
+    st = parse_copy(g, n);
+    err = xent_last_error();
+    CHECK(st == XENT_ERR_FORMAT && strstr(err, tk) &&
+              strstr(err, "array of 64 i32, the tokens array has 63"),
+          "token_type count: status %d (%s)", (int)st, err);
+done_g:
+    free(g);
+done:
+    free(f);
+    xent_model_free(m);
+    rm_dir(d);
+}
+
+/* Many keys (distinct, then one repeated) are checked in O(n log n): the
+ * parser alone, on a hand-built header. */
+TEST(model_gguf_many_keys) {
+    const int nk = xt_sanitizer() ? 20000 : 200000;
+    size_t cap = 24 + (size_t)(nk + 1) * 21 + 64;
+    uint8_t *b = calloc(1, cap);
+    size_t n = 0;
+    uint32_t u;
+    uint64_t v;
+#define W(x, k) (memcpy(b + n, (x), (k)), n += (k))
+    u = 0x46554747u, W(&u, 4);
+    u = 3, W(&u, 4);
+    v = 0, W(&v, 8);              /* n_tensors */
+    v = (uint64_t)nk, W(&v, 8);   /* n_kv */
+    for (int i = 0; i < nk; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "k%07d", i);
+        v = 8, W(&v, 8);
+        W(key, 8);
+        u = XENT__GT_U8, W(&u, 4);
+        b[n++] = (uint8_t)i;
+    }
+#undef W
+    xent__gguf g;
+    CHECK(xent__gguf_parse(b, n, &g) == XENT_OK, "%d distinct keys: %s", nk,
+          xent_last_error());
+    xent__gguf_free(&g);
+    /* the last key becomes a copy of key 17 */
+    char key[16];
+    snprintf(key, sizeof key, "k%07d", 17);
+    memcpy(b + n - 13, key, 8);
+    xent_status st = xent__gguf_parse(b, n, &g);
+    char want[64];
+    snprintf(want, sizeof want, "keys 17 and %d", nk - 1);
+    const char *err = xent_last_error();
+    CHECK(st == XENT_ERR_FORMAT && strstr(err, "'k0000017'") &&
+              strstr(err, want),
+          "duplicate: status %d (%s), want '%s'", (int)st, err, want);
+    if (st == XENT_OK) xent__gguf_free(&g);
+    free(b);
+}

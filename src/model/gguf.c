@@ -192,6 +192,69 @@ static xent_status parse_tensor(cur *c, xent__gguf_tensor *t, int64_t i) {
     return XENT_OK;
 }
 
+/* Duplicate detection: pointers into one table, sorted by name and then by
+ * address (= index), so equal names sit next to each other, first
+ * occurrence first. O(n log n). */
+static int kv_cmp(const void *a, const void *b) {
+    const xent__gguf_kv *x = *(const xent__gguf_kv *const *)a,
+                        *y = *(const xent__gguf_kv *const *)b;
+    uint64_t n = x->klen < y->klen ? x->klen : y->klen;
+    int r = n ? memcmp(x->key, y->key, (size_t)n) : 0;
+    if (r) return r;
+    if (x->klen != y->klen) return x->klen < y->klen ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+
+static int tensor_cmp(const void *a, const void *b) {
+    const xent__gguf_tensor *x = *(const xent__gguf_tensor *const *)a,
+                            *y = *(const xent__gguf_tensor *const *)b;
+    int r = strcmp(x->name, y->name);
+    if (r) return r;
+    return x < y ? -1 : x > y;
+}
+
+static xent_status check_unique_keys(const xent__gguf *g) {
+    if (g->n_kv < 2) return XENT_OK;
+    const xent__gguf_kv **s = malloc((size_t)g->n_kv * sizeof *s);
+    if (!s) return xent__fail(XENT_ERR_ALLOC, "gguf: key index");
+    for (int64_t i = 0; i < g->n_kv; i++) s[i] = &g->kv[i];
+    qsort(s, (size_t)g->n_kv, sizeof *s, kv_cmp);
+    xent_status st = XENT_OK;
+    for (int64_t i = 1; i < g->n_kv; i++) {
+        const xent__gguf_kv *a = s[i - 1], *b = s[i];
+        if (a->klen == b->klen && !memcmp(a->key, b->key, (size_t)a->klen)) {
+            /* the first pair of this name (sorted by index within it) */
+            char key[128];
+            key_copy(key, sizeof key, a->key, a->klen);
+            st = xent__fail(XENT_ERR_FORMAT, "gguf: metadata key '%s' appears "
+                            "twice (keys %lld and %lld)", key,
+                            (long long)(a - g->kv), (long long)(b - g->kv));
+            break;
+        }
+    }
+    free(s);
+    return st;
+}
+
+static xent_status check_unique_tensors(const xent__gguf *g) {
+    if (g->n_tensors < 2) return XENT_OK;
+    const xent__gguf_tensor **s = malloc((size_t)g->n_tensors * sizeof *s);
+    if (!s) return xent__fail(XENT_ERR_ALLOC, "gguf: tensor index");
+    for (int64_t i = 0; i < g->n_tensors; i++) s[i] = &g->tensors[i];
+    qsort(s, (size_t)g->n_tensors, sizeof *s, tensor_cmp);
+    xent_status st = XENT_OK;
+    for (int64_t i = 1; i < g->n_tensors; i++)
+        if (!strcmp(s[i - 1]->name, s[i]->name)) {
+            st = xent__fail(XENT_ERR_FORMAT, "gguf: tensor '%s' appears twice "
+                            "(tensor infos %lld and %lld)", s[i]->name,
+                            (long long)(s[i - 1] - g->tensors),
+                            (long long)(s[i] - g->tensors));
+            break;
+        }
+    free(s);
+    return st;
+}
+
 void xent__gguf_free(xent__gguf *g) {
     if (!g) return;
     free(g->kv);
@@ -237,8 +300,10 @@ xent_status xent__gguf_parse(const uint8_t *p, uint64_t size, xent__gguf *g) {
     }
     for (int64_t i = 0; i < g->n_kv; i++)
         if ((st = parse_kv(&c, &g->kv[i], i))) goto fail;
+    if ((st = check_unique_keys(g))) goto fail;
     for (int64_t i = 0; i < g->n_tensors; i++)
         if ((st = parse_tensor(&c, &g->tensors[i], i))) goto fail;
+    if ((st = check_unique_tensors(g))) goto fail;
     int64_t al = 32;
     const xent__gguf_kv *a = xent__gguf_find(g, "general.alignment");
     if (a && (!xent__gguf_int(g, "general.alignment", &al) || al <= 0 ||

@@ -143,6 +143,35 @@ static xent_status str_array(const xent__gguf *g, const char *key,
     return XENT_OK;
 }
 
+static const char *value_type_name(uint32_t t) {
+    static const char *const nm[XENT__GT_COUNT] = {
+        "u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool", "string",
+        "array", "u64", "i64", "f64"};
+    return t < XENT__GT_COUNT ? nm[t] : "unknown";
+}
+
+/* tokenizer.ggml.token_type must be an array of i32, one per token (the
+ * tokens array having nt entries). */
+static xent_status token_type_check(const xent__gguf *g,
+                                    const xent__gguf_kv *ty, int64_t nt) {
+    const char *key = "tokenizer.ggml.token_type";
+    int has_tokens = xent__gguf_find(g, "tokenizer.ggml.tokens") != NULL;
+    if (ty->type != XENT__GT_ARR)
+        return xent__fail(XENT_ERR_FORMAT, "gguf: %s: a scalar %s, expected "
+                          "an array of %lld i32 (one per token)", key,
+                          value_type_name(ty->type), (long long)nt);
+    if (ty->atype != XENT__GT_I32)
+        return xent__fail(XENT_ERR_FORMAT, "gguf: %s: array of %llu %s, "
+                          "expected an array of %lld i32 (one per token)", key,
+                          (unsigned long long)ty->n,
+                          value_type_name(ty->atype), (long long)nt);
+    if (has_tokens && ty->n != (uint64_t)nt)
+        return xent__fail(XENT_ERR_FORMAT, "gguf: %s: array of %llu i32, the "
+                          "tokens array has %lld", key,
+                          (unsigned long long)ty->n, (long long)nt);
+    return XENT_OK;
+}
+
 static xent_status gguf_tokenizer(const xent__gguf *g, xent_model *m) {
     const char *tm;
     uint64_t tn;
@@ -164,8 +193,8 @@ static xent_status gguf_tokenizer(const xent__gguf *g, xent_model *m) {
     xent_status st = str_array(g, "tokenizer.ggml.tokens", &toks, &tl, &nt);
     if (!st) st = str_array(g, "tokenizer.ggml.merges", &mer, &ml, &nm);
     const xent__gguf_kv *ty = xent__gguf_find(g, "tokenizer.ggml.token_type");
-    if (!st && ty && ty->type == XENT__GT_ARR && ty->atype == XENT__GT_I32 &&
-        (int64_t)ty->n == nt) {
+    if (!st && ty) st = token_type_check(g, ty, nt);
+    if (!st && ty && nt > 0) {
         types = malloc((size_t)(nt + 1) * sizeof *types);
         if (!types) st = xent__fail(XENT_ERR_ALLOC, "gguf: token types");
         else memcpy(types, g->p + ty->off, (size_t)nt * 4);
