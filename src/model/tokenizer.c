@@ -358,64 +358,125 @@ static int push(idvec *v, int32_t id) {
     return 1;
 }
 
-/* BPE of one pre-token chunk (raw bytes s[0..len)). */
+/* A candidate merge: adjacent symbols `left` and nx[left] whose "l r" has
+ * merge rank `rank`; `size` = their total byte length when queued. Symbols
+ * only ever grow, so an entry is stale exactly when `left` is gone, its right
+ * neighbour changed, or the two no longer add up to `size`. */
+typedef struct {
+    int64_t rank, left, size;
+} bpe_cand;
+
+/* Heap order: lower rank first, then the leftmost pair (the order of the
+ * rescan this replaces: among equal ranks the leftmost pair merges). */
+static int cand_before(const bpe_cand *a, const bpe_cand *b) {
+    return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
+}
+
+static void heap_push(bpe_cand *h, int64_t *n, bpe_cand c) {
+    int64_t i = (*n)++;
+    while (i > 0) {
+        int64_t p = (i - 1) / 2;
+        if (!cand_before(&c, &h[p])) break;
+        h[i] = h[p];
+        i = p;
+    }
+    h[i] = c;
+}
+
+static bpe_cand heap_pop(bpe_cand *h, int64_t *n) {
+    bpe_cand top = h[0], last = h[--*n];
+    int64_t i = 0;
+    for (;;) {
+        int64_t c = 2 * i + 1;
+        if (c >= *n) break;
+        if (c + 1 < *n && cand_before(&h[c + 1], &h[c])) c++;
+        if (!cand_before(&h[c], &last)) break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (*n > 0) h[i] = last;
+    return top;
+}
+
+/* Merge rank of the adjacent symbols a, b (-1: no such merge). */
+static int64_t pair_rank(const xent_tokenizer *t, const char *buf,
+                         const int64_t *st, const int64_t *ln, int64_t a,
+                         int64_t b, char *key) {
+    memcpy(key, buf + st[a], (size_t)ln[a]);
+    key[ln[a]] = ' ';
+    memcpy(key + ln[a] + 1, buf + st[b], (size_t)ln[b]);
+    return map_get(&t->ranks, key, (size_t)(ln[a] + 1 + ln[b]));
+}
+
+/* Queues the pair (a, b) if it has a merge rank. */
+static void queue_pair(const xent_tokenizer *t, const char *buf,
+                       const int64_t *st, const int64_t *ln, int64_t a,
+                       int64_t b, char *key, bpe_cand *h, int64_t *nh) {
+    int64_t r = pair_rank(t, buf, st, ln, a, b, key);
+    if (r >= 0) heap_push(h, nh, (bpe_cand){r, a, ln[a] + ln[b]});
+}
+
+/* BPE of one pre-token chunk (raw bytes s[0..len)): repeatedly merges the
+ * adjacent pair of lowest rank (leftmost among equals). Symbols form a doubly
+ * linked list over their starting byte order; candidate pairs sit in a
+ * min-heap and stale ones are dropped when they surface, so a chunk of n
+ * bytes takes O(n log n) and O(n) memory: at most n - 1 pairs are queued at
+ * the start and two per merge, for at most n - 1 merges. */
 static xent_status bpe_chunk(const xent_tokenizer *t, const unsigned char *s,
                              int64_t len, idvec *out) {
-    /* symbols: each a string; kept as offsets into one buffer */
     size_t cap = (size_t)len * 2 + 1;
-    char *buf = malloc(cap);                          /* symbol bytes      */
-    int64_t *st = malloc((size_t)(len + 1) * sizeof *st); /* [len] starts */
-    int64_t *ln = malloc((size_t)(len + 1) * sizeof *ln); /* [len] lengths*/
-    char *key = malloc(cap + 2);
-    if (!buf || !st || !ln || !key) {
-        free(buf), free(st), free(ln), free(key);
-        return xent__fail(XENT_ERR_ALLOC, "tokenizer: chunk");
+    size_t nsym = (size_t)len + 1;
+    char *buf = malloc(cap);                       /* symbol bytes         */
+    char *key = malloc(cap + 2);                   /* "left right"         */
+    int64_t *st = malloc(nsym * sizeof *st);       /* [len] symbol starts  */
+    int64_t *ln = malloc(nsym * sizeof *ln);       /* [len] lengths, 0 gone */
+    int64_t *pv = malloc(nsym * sizeof *pv);       /* [len] previous, -1   */
+    int64_t *nx = malloc(nsym * sizeof *nx);       /* [len] next, -1       */
+    bpe_cand *h = malloc(3 * nsym * sizeof *h);    /* [3 len] heap         */
+    xent_status rc = XENT_OK;
+    if (!buf || !key || !st || !ln || !pv || !nx || !h) {
+        rc = xent__fail(XENT_ERR_ALLOC, "tokenizer: chunk of %lld bytes",
+                        (long long)len);
+        goto done;
     }
-    int64_t ns = 0, pos = 0;
+    int64_t pos = 0;
     for (int64_t i = 0; i < len; i++) {
         const char *y = t->sym[s[i]];
         size_t k = strlen(y);
         memcpy(buf + pos, y, k);
+        st[i] = pos;
+        ln[i] = (int64_t)k;
+        pv[i] = i - 1;
+        nx[i] = i + 1 < len ? i + 1 : -1;
         pos += (int64_t)k;
     }
-    /* Llama 3's tokenizer ignores merges for a chunk that is a token */
     buf[pos] = 0;
+    /* Llama 3's tokenizer ignores merges for a chunk that is a token */
     int64_t whole = t->pre == PRE_LLAMA3 && pos > 0
                         ? map_get(&t->vocab, buf, (size_t)pos)
-                                         : -1;
+                        : -1;
     if (whole >= 0) {
-        xent_status rc = push(out, (int32_t)whole)
-                             ? XENT_OK
-                             : xent__fail(XENT_ERR_ALLOC, "tokenizer: ids");
-        free(buf), free(st), free(ln), free(key);
-        return rc;
+        if (!push(out, (int32_t)whole))
+            rc = xent__fail(XENT_ERR_ALLOC, "tokenizer: ids");
+        goto done;
     }
-    pos = 0;
-    for (int64_t i = 0; i < len; i++) {
-        const char *y = t->sym[s[i]];
-        size_t k = strlen(y);
-        memcpy(buf + pos, y, k);
-        st[ns] = pos;
-        ln[ns++] = (int64_t)k;
-        pos += (int64_t)k;
-    }
-    for (;;) {
-        int64_t best = -1, bi = -1;
-        for (int64_t i = 0; i + 1 < ns; i++) {
-            memcpy(key, buf + st[i], (size_t)ln[i]);
-            key[ln[i]] = ' ';
-            memcpy(key + ln[i] + 1, buf + st[i + 1], (size_t)ln[i + 1]);
-            int64_t r = map_get(&t->ranks, key, (size_t)(ln[i] + 1 + ln[i + 1]));
-            if (r >= 0 && (best < 0 || r < best)) best = r, bi = i;
-        }
-        if (best < 0) break;
+    int64_t nh = 0;
+    for (int64_t i = 0; i + 1 < len; i++)
+        queue_pair(t, buf, st, ln, i, i + 1, key, h, &nh);
+    while (nh > 0) {
+        bpe_cand c = heap_pop(h, &nh);
+        int64_t a = c.left, b = nx[a];
+        if (ln[a] == 0 || b < 0 || ln[a] + ln[b] != c.size) continue;
         /* symbols are contiguous in buf: merging = extending the length */
-        ln[bi] += ln[bi + 1];
-        for (int64_t i = bi + 1; i + 1 < ns; i++) st[i] = st[i + 1], ln[i] = ln[i + 1];
-        ns--;
+        ln[a] += ln[b];
+        ln[b] = 0;
+        nx[a] = nx[b];
+        if (nx[a] >= 0) pv[nx[a]] = a;
+        if (pv[a] >= 0) queue_pair(t, buf, st, ln, pv[a], a, key, h, &nh);
+        if (nx[a] >= 0) queue_pair(t, buf, st, ln, a, nx[a], key, h, &nh);
     }
-    xent_status rc = XENT_OK;
-    for (int64_t i = 0; i < ns && !rc; i++) {
+    /* symbol 0 is never merged into a left neighbour: it heads the list */
+    for (int64_t i = len > 0 ? 0 : -1; i >= 0 && !rc; i = nx[i]) {
         int64_t id = map_get(&t->vocab, buf + st[i], (size_t)ln[i]);
         if (id < 0)
             rc = xent__fail(XENT_ERR_VALUE, "tokenizer: symbol '%.*s' is not "
@@ -423,7 +484,8 @@ static xent_status bpe_chunk(const xent_tokenizer *t, const unsigned char *s,
         else if (!push(out, (int32_t)id))
             rc = xent__fail(XENT_ERR_ALLOC, "tokenizer: ids");
     }
-    free(buf), free(st), free(ln), free(key);
+done:
+    free(buf), free(key), free(st), free(ln), free(pv), free(nx), free(h);
     return rc;
 }
 
