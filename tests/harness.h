@@ -27,6 +27,10 @@ uint64_t xt_seed(void);       /* this test's seed                           */
 int xt_sanitizer(void);       /* 1 under the ASan/UBSan build (go smaller)  */
 /* Path of the xent binary next to the test binary, or NULL if not built. */
 const char *xt_xent_bin(void);
+/* The default model (`make model`): $XENT_MODEL_GGUF, else
+ * $XENT_CACHE/SmolLM2-135M-Instruct.Q4_1.gguf, else the same under
+ * ~/.cache/xent; NULL when that file is not readable. */
+const char *xt_default_model(void);
 
 /* xoshiro256** seeded per test. */
 typedef struct { uint64_t s[4]; } xt_rng_t;

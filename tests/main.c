@@ -85,6 +85,17 @@ const char *xt_xent_bin(void) {
     return access(buf, X_OK) == 0 ? buf : NULL;
 }
 
+const char *xt_default_model(void) {
+    static char buf[1024];
+    const char *env = getenv("XENT_MODEL_GGUF"), *cache = getenv("XENT_CACHE"),
+               *home = getenv("HOME");
+    const char *name = "SmolLM2-135M-Instruct.Q4_1.gguf";
+    if (env && *env) snprintf(buf, sizeof buf, "%s", env);
+    else if (cache && *cache) snprintf(buf, sizeof buf, "%s/%s", cache, name);
+    else snprintf(buf, sizeof buf, "%s/.cache/xent/%s", home ? home : ".", name);
+    return access(buf, R_OK) == 0 ? buf : NULL;
+}
+
 void xt_poison(void *p, size_t n) { if (p) memset(p, 0xFF, n); }
 
 double xt_ulp_dist_f32(float a, float b) {

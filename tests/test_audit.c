@@ -599,12 +599,8 @@ TEST(audit_cli_end_to_end) {
  * the report states are the tokens actually run. Skipped without the file
  * (CI) and under the sanitizers (loading dequantizes 135 M weights). */
 TEST(audit_text_inputs_default_model) {
-    char path[1024];
-    const char *cache = getenv("XENT_CACHE"), *home = getenv("HOME");
-    if (cache && *cache) snprintf(path, sizeof path, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", cache);
-    else snprintf(path, sizeof path, "%s/.cache/xent/SmolLM2-135M-Instruct.Q4_1.gguf",
-                  home ? home : ".");
-    if (xt_sanitizer() || access(path, R_OK) != 0) {
+    const char *path = xt_default_model();
+    if (xt_sanitizer() || !path) {
         xt_skip("default model not in the cache (make model), or sanitizer build");
         return;
     }

@@ -140,12 +140,8 @@ static char *slurp(const char *path, size_t *n) {
 }
 
 TEST(tokenizer_smollm2_reference_ids) {
-    const char *env = getenv("XENT_MODEL_GGUF"), *home = getenv("HOME");
-    char path[512];
-    if (env) snprintf(path, sizeof path, "%s", env);
-    else snprintf(path, sizeof path, "%s/.cache/xent/"
-                  "SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : "");
-    if (access(path, R_OK) != 0) {
+    const char *path = xt_default_model();
+    if (!path) {
         xt_skip("no SmolLM2 GGUF (run `make model` or set XENT_MODEL_GGUF)");
         return;
     }
@@ -226,12 +222,8 @@ static xent_tokenizer *with_pre(const xent_tokenizer *tk, const char *pre) {
 /* The hand-written Llama 3 and Qwen2 pre-tokenizers against the reference
  * library's regex engine (same vocabulary, fixture text). */
 TEST(tokenizer_llama3_qwen2_reference_ids) {
-    const char *env = getenv("XENT_MODEL_GGUF"), *home = getenv("HOME");
-    char path[512];
-    if (env) snprintf(path, sizeof path, "%s", env);
-    else snprintf(path, sizeof path, "%s/.cache/xent/"
-                  "SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : "");
-    if (access(path, R_OK) != 0) {
+    const char *path = xt_default_model();
+    if (!path) {
         xt_skip("no SmolLM2 GGUF (run `make model` or set XENT_MODEL_GGUF)");
         return;
     }
@@ -487,13 +479,9 @@ static xent_tokenizer *random_tok(xt_rng_t *g, const char *alpha,
 }
 
 static xent_model *smollm2_or_null(void) {
-    const char *env = getenv("XENT_MODEL_GGUF"), *home = getenv("HOME");
-    char path[512];
-    if (env) snprintf(path, sizeof path, "%s", env);
-    else snprintf(path, sizeof path, "%s/.cache/xent/"
-                  "SmolLM2-135M-Instruct.Q4_1.gguf", home ? home : "");
+    const char *path = xt_default_model();
     xent_model *m = NULL;
-    if (access(path, R_OK) != 0 || xent_model_load_gguf(path, &m) != XENT_OK)
+    if (!path || xent_model_load_gguf(path, &m) != XENT_OK)
         return NULL;
     return m;
 }
