@@ -148,8 +148,9 @@ def main():
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile (default: run it)")
     ap.add_argument("--no-peers", action="store_true", help="xent only (default: all peers)")
     ap.add_argument("--variants", default="",
-                    help="also time xent under launch settings BLOCK:SMEM,... (XENT_CUDA_BLOCK, "
-                         "XENT_CUDA_SMEM) on each shape (default: none)")
+                    help="also time xent under launch settings, comma-separated, each "
+                         "NAME=VALUE[+NAME=VALUE] (XENT_CUDA_CLUSTER=C[:NT], XENT_CUDA_BLOCK, "
+                         "XENT_CUDA_SMEM), on each shape (default: none)")
     args = ap.parse_args()
 
     lib = load_lib(args.lib)
@@ -211,10 +212,10 @@ def main():
         add("fwd+bwd", "xent (in place)", ms, 16 * T + 16, floor_ms)
         restore()
         for var in filter(None, args.variants.split(",")):
-            blk, smem = var.split(":")
-            os.environ["XENT_CUDA_BLOCK"], os.environ["XENT_CUDA_SMEM"] = blk, smem
+            env = dict(kv.split("=", 1) for kv in var.split("+"))
+            os.environ.update(env)
             ms, _ = time_it(lambda: xent_call(grad.data_ptr(), logits), args.reps, args.warmup)
-            add("fwd+bwd", f"xent variant block {blk} smem {smem}", ms, None, floor_ms)
+            add("fwd+bwd", f"xent variant {var}", ms, None, floor_ms)
             lp_v = torch.empty(T, device="cuda", dtype=torch.float32)
 
             def lp_call():
@@ -223,9 +224,9 @@ def main():
                 lib.xent_cuda_logprobs(C.byref(inp), C.byref(opts), C.c_void_p(lp_v.data_ptr()),
                                        None, stream())
             ms, _ = time_it(lp_call, args.reps, args.warmup)
-            add("logprobs", f"xent variant block {blk} smem {smem}", ms, None, rfloor_ms)
-        os.environ.pop("XENT_CUDA_BLOCK", None)
-        os.environ.pop("XENT_CUDA_SMEM", None)
+            add("logprobs", f"xent variant {var}", ms, None, rfloor_ms)
+            for name in env:
+                os.environ.pop(name, None)
         xent_loss = None
         xent_call(grad.data_ptr(), logits)
         xent_loss = loss.item()

@@ -272,10 +272,9 @@ static void cmp_grad(const char *what, const ccase *c, const void *g, const void
         }
 }
 
-/* The whole comparison of one case. */
-static void check_case(const char *what, const ccase *c) {
-    cinputs in;
-    fill_inputs(c, &in);
+/* The whole comparison of one case on given inputs. */
+static void check_case_in(const char *what, const ccase *c, const cinputs *in_) {
+    const cinputs in = *in_;
     couts co, go;
     alloc_outs_host(c, &co);
     alloc_outs_host(c, &go);
@@ -310,6 +309,13 @@ static void check_case(const char *what, const ccase *c) {
     }
     free_outs(&co);
     free_outs(&go);
+}
+
+/* The whole comparison of one case on random inputs. */
+static void check_case(const char *what, const ccase *c) {
+    cinputs in;
+    fill_inputs(c, &in);
+    check_case_in(what, c, &in);
     free_inputs(&in);
 }
 
@@ -386,6 +392,73 @@ TEST(cuda_ce_large_vocab_vs_cpu) {
     c = base_case(XENT_F32, XENT_F32, T, 50000);
     c.inplace = 1;
     check_case("f32 in place V=50000", &c);
+}
+
+/* Rows whose special columns sit where the on-chip kernel (ce_cluster.cu)
+ * splits them: row t of V columns gets one of these patterns on top of the
+ * random logits: 0 as drawn; 1 every column equal (the max tied everywhere,
+ * in every slice); 2 the target is the last column (in the partial chunk)
+ * and the max; 3 the target is the first column of the partial chunk and
+ * far above the rest (a padding copy of it must not count as the max); 4
+ * the max tied in the first and the last column (first and last slice);
+ * 5 the target 40 nats above the rest (the dead zone); 6 the target 30
+ * nats below a tied max. */
+static void special_rows(const ccase *c, cinputs *in) {
+    const int64_t V = c->V;
+    for (int64_t t = 0; t < c->T; t++) {
+        uint16_t *row = (uint16_t *)in->logits + t * c->ld;
+        const int pat = (int)(t % 7);
+        int64_t lab = in->lab64[t];
+        const int64_t last = V - 1, first_part = V & 7 ? V - (V & 7) : V - 8;
+        if (pat == 1) for (int64_t j = 0; j < V; j++) row[j] = to_dt16(1.5f, c->dt);
+        if (pat == 2) { lab = last; row[last] = to_dt16(60.f, c->dt); }
+        if (pat == 3 && first_part >= 0) { lab = first_part; row[lab] = to_dt16(70.f, c->dt); }
+        if (pat == 4) row[0] = row[last] = to_dt16(55.f, c->dt);
+        if (pat == 5) { lab = V / 2; row[lab] = to_dt16(64.f, c->dt); }
+        if (pat == 6) { lab = V / 3; row[0] = row[last] = to_dt16(50.f, c->dt);
+                        row[lab] = to_dt16(20.f, c->dt); }
+        if (pat != 0 && lab != c->o.ignore_index) {
+            in->lab64[t] = lab;
+            in->lab32[t] = (int32_t)lab;
+        }
+    }
+}
+
+/* The on-chip kernel under every cluster size, some block sizes and grids
+ * of 1 to 3 clusters (XENT_CUDA_CLUSTER forces them), with V from 1 to 20011 (partial chunks,
+ * slices with no chunk), aligned and unaligned rows, against the CPU. The
+ * default plan is covered by the other tests. */
+TEST(cuda_cluster_layouts_vs_cpu) {
+    if (!gpu_ready()) return;
+    /* C:NT:G; G = 1..3 clusters, so each does many rows in turn */
+    const char *plans[] = {"1", "2:0:3", "4:0:1", "8", "8:32:2", "2:64", "1:64:1", "4:128:2"};
+    const int64_t Vs[] = {1, 9, 100, 1003, 4099, 20011};
+    char what[160];
+    for (int pi = 0; pi < 8; pi++) {
+        setenv("XENT_CUDA_CLUSTER", plans[pi], 1);
+        for (int v = 0; v < 6; v++)
+            for (int d = 0; d < 2; d++) {
+                const xent_dtype dt = d ? XENT_F16 : XENT_BF16;
+                ccase c = base_case(dt, (v + pi) % 3 == 0 ? XENT_DTYPE_COUNT : dt,
+                                    xt_sanitizer() ? 8 : 23, Vs[v]);
+                c.ld = Vs[v] + ((v + d) % 2 ? 3 : 0);
+                c.entropy = (v + pi + d) % 2;
+                c.inplace = has_grad(&c) && (v + d) % 3 == 1;
+                if (v == 3 && d) { c.o.temperature = 0.7; c.o.label_smoothing = 0.05; c.entropy = 1; }
+                cinputs in;
+                fill_inputs(&c, &in);
+                special_rows(&c, &in);
+                snprintf(what, sizeof what, "cluster %s %s V=%lld ld=%lld%s%s", plans[pi],
+                         xent_dtype_name(dt), (long long)c.V, (long long)c.ld,
+                         has_grad(&c) ? (c.inplace ? " grad in place" : " grad") : "",
+                         c.entropy ? " entropy" : "");
+                check_case_in(what, &c, &in);
+                free_inputs(&in);
+                CHECK_LIMIT(10);
+            }
+    }
+    unsetenv("XENT_CUDA_CLUSTER");
+    printf("    worst forward %.0f ulp, worst gradient %.0f ulp\n", g_worst_fwd, g_worst_grad);
 }
 
 TEST(cuda_logprobs_vs_cpu) {
@@ -535,8 +608,8 @@ TEST(cuda_shards_vs_cpu) {
 
 /* The same row at different positions, batch sizes and alignments gives
  * bitwise the same outputs and gradient row. */
-TEST(cuda_batch_invariance) {
-    if (!gpu_ready()) return;
+static void batch_invariance(const char *plan) {
+    if (plan) setenv("XENT_CUDA_CLUSTER", plan, 1);
     const int64_t V = 32000, Ts[] = {1, 5, 64};
     xt_rng_t *r = xt_rng();
     uint16_t *row = malloc(V * 2);
@@ -577,10 +650,10 @@ TEST(cuda_batch_invariance) {
                 memcpy(gref, grow, V * 2);
                 have = 1;
             } else {
-                CHECK(!memcmp(ref, v, sizeof v), "T=%lld ld=%lld: row outputs differ bitwise",
-                      (long long)T, (long long)ld);
-                CHECK(!memcmp(gref, grow, V * 2), "T=%lld ld=%lld: gradient row differs bitwise",
-                      (long long)T, (long long)ld);
+                CHECK(!memcmp(ref, v, sizeof v), "plan %s T=%lld ld=%lld: row outputs differ bitwise",
+                      plan ? plan : "default", (long long)T, (long long)ld);
+                CHECK(!memcmp(gref, grow, V * 2), "plan %s T=%lld ld=%lld: gradient row differs bitwise",
+                      plan ? plan : "default", (long long)T, (long long)ld);
             }
             cudaFree(dl); cudaFree(dlab); cudaFree(dnll); cudaFree(dlse); cudaFree(dent);
             cudaFree(dg);
@@ -590,6 +663,15 @@ TEST(cuda_batch_invariance) {
     free(row);
     free(gref);
     free(grow);
+    if (plan) unsetenv("XENT_CUDA_CLUSTER");
+}
+
+TEST(cuda_batch_invariance) {
+    if (!gpu_ready()) return;
+    batch_invariance(NULL); /* the default plan at V = 32000: one block a row */
+    batch_invariance("4");  /* four blocks a row */
+    batch_invariance("4:256:3"); /* three clusters for all rows */
+    batch_invariance("0");  /* the streaming kernel */
 }
 
 /* A bad label: XENT_ERR_LABEL naming row and value, nothing written.

@@ -33,8 +33,7 @@
  *    xent_cuda_* calls): per
  *    element in double with the CPU's exp and tanh forms, rounded once.
  */
-#include "ce_device.h"
-#include "ce_kernels.h"
+#include "ce_row.h"
 
 #include <cuda_runtime.h>
 #include <math.h>
@@ -42,168 +41,6 @@
 
 #define XC_UNROLL 4
 #define XC_LANES 4 /* fp32 accumulators per thread (fast path) */
-#define XC_LOG2E 1.4426950408889634
-
-/* ------------------------------------------------------------------ */
-/* Per-row context                                                     */
-/* ------------------------------------------------------------------ */
-
-struct xc_row {
-    int64_t r;
-    int counted; /* the row has a target (label != ignore_index)          */
-    int bad;     /* label outside [0, vocab_total) (unchecked calls)      */
-    int64_t tl;  /* target's local column, or -1 when not in this shard  */
-};
-
-__device__ __forceinline__ xc_row xc_row_info(const xc_params &k, int64_t r) {
-    xc_row w;
-    w.r = r;
-    w.counted = 0;
-    w.bad = 0;
-    w.tl = -1;
-    if (k.labels) {
-        int64_t t = k.labels64 ? ((const int64_t *)k.labels)[r]
-                               : (int64_t)((const int32_t *)k.labels)[r];
-        if (t != k.ignore_index) {
-            w.counted = 1;
-            w.bad = t < 0 || t >= k.vocab_total;
-            int64_t l = t - k.vocab_start;
-            if (!w.bad && l >= 0 && l < k.V) w.tl = l;
-        }
-    }
-    return w;
-}
-
-/* z' = cap(z) / tau, in double, with the CPU's formulas (src/cpu/ce.c):
- * tanh from one exp, e = exp(-2|y|): tanh|y| = (1 - e) / (1 + e). */
-__device__ __forceinline__ double xc_tr(const xc_params &k, double z) {
-    if (!(k.softcap > 0)) return z * k.inv_tau;
-    double y = z * k.inv_cap;
-    double e = xc_dexp(-2.0 * fabs(y));
-    double t = (1.0 - e) / (1.0 + e);
-    return copysign(t, y) * k.softcap * k.inv_tau;
-}
-
-/* d z' / d z = sech^2(z / cap) / tau = 4e / (1 + e)^2 / tau. */
-__device__ __forceinline__ double xc_chain(const xc_params &k, double z) {
-    if (!(k.softcap > 0)) return k.inv_tau;
-    double e = xc_dexp(-2.0 * fabs(z * k.inv_cap));
-    double q = 1.0 + e;
-    return 4.0 * e / (q * q) * k.inv_tau;
-}
-
-__device__ __forceinline__ double xc_softplus(double d) {
-    return d > 0 ? d + log1p(exp(-d)) : log1p(exp(d));
-}
-
-/* ------------------------------------------------------------------ */
-/* Finishing a row from its partial statistics (shards or one block)   */
-/* ------------------------------------------------------------------ */
-
-struct xc_out {
-    double lse, nll, entropy, loss;
-    int counted, nonfinite;
-};
-
-/* parts: S partials of this row, `stride` apart. The same formulas as the
- * CPU's combine (src/cpu/ce.c), in double. */
-__device__ xc_out xc_finish(const xc_params &k, const xc_row &w,
-                            const xent_ce_partial *parts, int S,
-                            int64_t stride) {
-    xc_out o;
-    o.lse = o.nll = o.entropy = o.loss = 0;
-    o.counted = w.counted;
-    o.nonfinite = w.bad;
-    double M = -INFINITY, target = 0;
-    int owners = 0;
-    for (int s = 0; s < S; s++) {
-        const xent_ce_partial *p = parts + (int64_t)s * stride;
-        if (p->flags & 2) o.nonfinite = 1;
-        if (p->flags & 1) { target = p->target; owners++; }
-        if (p->max != -INFINITY) {
-            double mk = xc_tr(k, p->max);
-            M = mk > M ? mk : M;
-        }
-    }
-    if (o.nonfinite) {
-        o.lse = o.entropy = NAN;
-        o.nll = o.loss = w.counted ? NAN : 0.0;
-        return o;
-    }
-    double top = 0, rest = 0, SX = 0, Z = 0;
-    int have_top = 0;
-    for (int s = 0; s < S; s++) {
-        const xent_ce_partial *p = parts + (int64_t)s * stride;
-        Z += p->zsum;
-        if (p->max == -INFINITY) continue;
-        double off = xc_tr(k, p->max) - M; /* <= 0 */
-        double f = exp(off);
-        if (off == 0 && !have_top) { top = p->sum; have_top = 1; }
-        else rest += f * (p->sum + 1.0);
-        SX += f * (p->sumx + off * (p->sum + 1.0));
-    }
-    const double Sm1 = have_top ? top + rest : -1.0, Ssum = Sm1 + 1.0;
-    double L;
-    if (w.counted && owners) {
-        double zt = xc_tr(k, target);
-        double logS = Ssum > 0 ? log1p(Sm1) : -INFINITY;
-        double d = (M - zt) + logS; /* lse over j != t, minus z'_t */
-        o.nll = xc_softplus(d);
-        o.lse = zt + o.nll;
-        L = logS + xc_softplus(-d);
-        double nontarget_h = Ssum > 0 ? exp(-L) * (L * Ssum - SX) : 0.0;
-        o.entropy = nontarget_h + exp(-o.nll) * o.nll;
-        o.loss = (1.0 - k.eps) * o.nll + k.eps * (o.lse - Z / (double)k.vocab_total) +
-                 k.z_loss * o.lse * o.lse;
-    } else {
-        L = log1p(Sm1);
-        o.lse = M + L;
-        o.nll = 0;
-        o.entropy = L - SX / Ssum;
-        o.loss = 0;
-    }
-    return o;
-}
-
-__device__ void xc_emit(const xc_params &k, int64_t r, const xc_out &o) {
-    if (k.nll) k.nll[r] = (float)o.nll;
-    if (k.logprob) k.logprob[r] = (float)(-o.nll) + 0.0f;
-    if (k.lse) k.lse[r] = (float)o.lse;
-    if (k.entropy) k.entropy[r] = (float)o.entropy;
-    if (k.stats) { k.stats[r].lse = o.lse; k.stats[r].nll = o.nll; }
-    if (k.loss_rows) k.loss_rows[r] = (float)o.loss;
-    if (k.acc) {
-        xc_row_acc a;
-        a.loss = o.loss;
-        a.counted = o.counted;
-        a.nonfinite = o.nonfinite;
-        k.acc[r] = a;
-    }
-}
-
-/* The upstream gradient of row r (before the chain factor). */
-__device__ __forceinline__ double xc_row_scale(const xc_params &k, int64_t r) {
-    if (k.reduction == XENT_REDUCE_NONE)
-        return k.grad_scale * (k.grad_rows ? (double)k.grad_rows[r] : 1.0);
-    if (k.reduction == XENT_REDUCE_SUM) return k.grad_scale;
-    double n = k.normalizer > 0 ? k.normalizer : (double)k.rec->counted;
-    return n > 0 ? k.grad_scale / n : 0.0;
-}
-
-/* ------------------------------------------------------------------ */
-/* Stores                                                              */
-/* ------------------------------------------------------------------ */
-
-/* double -> storage bits, rounded once. */
-__device__ __forceinline__ uint32_t xc_bits_of(double v, int dt) {
-    if (dt == XENT_BF16) return __bfloat16_as_ushort(__double2bfloat16(v));
-    if (dt == XENT_F16) return __half_as_ushort(__double2half(v));
-    return __float_as_uint((float)v);
-}
-__device__ __forceinline__ void xc_store_one(void *row, int64_t j, int dt, uint32_t bits) {
-    if (dt == XENT_F32) ((uint32_t *)row)[j] = bits;
-    else ((uint16_t *)row)[j] = (uint16_t)bits;
-}
 
 /* ------------------------------------------------------------------ */
 /* Pass 1 accumulators                                                 */
@@ -477,85 +314,6 @@ __device__ __forceinline__ void xc_pass1(const xc_params &k, xc_acc &a,
 /* Pass 2: the gradient                                                */
 /* ------------------------------------------------------------------ */
 
-struct xc_gconst {
-    int kind;       /* 0 compute, 1 zeros, 2 NaN, 3 zeros but the target    */
-    float R, c2, b, A, B;  /* fast path: g_j = A 2^((z_j - R) c2 - b) + B   */
-    double g, lse, A1, E;       /* precise: g * c_j * (A1 p_j - E)          */
-    int64_t tl;     /* target column or -1                                  */
-    uint32_t tbits; /* target gradient, rounded to the output dtype         */
-};
-
-__device__ void xc_grad_consts(const xc_params &k, const xc_row &w, double lse,
-                               double nll, int nonfinite, float zt_raw,
-                               bool fast, xc_gconst &gc) {
-    gc.tl = w.tl;
-    gc.R = gc.c2 = gc.b = gc.A = gc.B = 0.f;
-    gc.g = w.counted ? xc_row_scale(k, w.r) : 0.0;
-    /* ignored rows and a zero upstream gradient: zeros (as the CPU) */
-    gc.kind = gc.g == 0 ? 1 : (nonfinite ? 2 : 0);
-    gc.lse = lse;
-    gc.A1 = 1.0 + 2.0 * k.z_loss * lse;
-    gc.E = k.eps / (double)k.vocab_total;
-    gc.tbits = 0;
-    if (gc.kind != 0) return;
-    if (w.tl >= 0) {
-        double ct = xc_chain(k, (double)zt_raw);
-        double pt = exp(-nll);
-        double v = gc.g * ct * ((1.0 - k.eps) * expm1(-nll)
-                                + k.eps * (pt - 1.0 / (double)k.vocab_total)
-                                + 2.0 * k.z_loss * lse * pt);
-        gc.tbits = xc_bits_of(v, k.grad_dtype);
-    }
-    if (fast) {
-        /* p_j = 2^((z_j - R) c2 - b0) with R = lse * tau rounded to fp32:
-         * z_j - R is exact for z_j in [R/2, 2R] (the columns that matter). */
-        float R = (float)(lse * k.temperature);
-        double b0 = (lse - (double)R * k.inv_tau) * XC_LOG2E;
-        double A = gc.g * k.inv_tau * gc.A1;
-        gc.R = R;
-        gc.c2 = (float)(XC_LOG2E / k.temperature);
-        if (k.eps == 0) { /* fold |A| into the exponent: no underflow before
-                             the final rounding */
-            gc.A = A < 0 ? -1.f : 1.f;
-            gc.B = 0.f;
-            gc.b = (float)(b0 - log2(fabs(A)));
-            if (A == 0) gc.kind = 3; /* the target still has its value */
-        } else {
-            gc.b = (float)b0;
-            gc.A = (float)A;
-            gc.B = (float)(-gc.g * k.inv_tau * gc.E);
-        }
-    }
-}
-
-template <int OUT>
-__device__ __forceinline__ uint32_t xc_pack2(float a, float b) {
-    if (OUT == XENT_BF16) {
-        __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-        return *reinterpret_cast<uint32_t *>(&h);
-    }
-    __half2 h = __floats2half2_rn(a, b);
-    return *reinterpret_cast<uint32_t *>(&h);
-}
-
-/* Fast gradient of 8 columns (bf16/f16 output) as 4 packed words. */
-template <int OUT>
-__device__ __forceinline__ uint4 xc_fast_grad8(const xc_gconst &gc, const float z[8]) {
-    float g[8];
-#pragma unroll
-    for (int i = 0; i < 8; i++) {
-        float y = fmaf(z[i] - gc.R, gc.c2, -gc.b);
-        float p = xc_ex2(y);
-        g[i] = fmaf(p, gc.A, gc.B); /* folded: A = +-1, B = 0 (exact) */
-    }
-    uint4 w;
-    w.x = xc_pack2<OUT>(g[0], g[1]);
-    w.y = xc_pack2<OUT>(g[2], g[3]);
-    w.z = xc_pack2<OUT>(g[4], g[5]);
-    w.w = xc_pack2<OUT>(g[6], g[7]);
-    return w;
-}
-
 __device__ __forceinline__ uint32_t xc_precise_grad1(const xc_params &k,
                                                      const xc_gconst &gc, float z) {
     const double zd = z;
@@ -564,13 +322,6 @@ __device__ __forceinline__ uint32_t xc_precise_grad1(const xc_params &k,
     return xc_bits_of(gc.g * ch * (gc.A1 * p - gc.E), k.grad_dtype);
 }
 
-__device__ __forceinline__ uint32_t xc_const_bits(int kind, int dt) {
-    if (kind == 1 || kind == 3) return 0;
-    return dt == XENT_F32 ? 0x7FC00000u : (dt == XENT_BF16 ? 0x7FC0u : 0x7E00u);
-}
-
-/* Pass 2 for this thread, chunks in reverse order (the most recently read
- * ones first: they are likeliest still in L2). */
 /* Pass 2 for this thread, chunks in reverse order (the most recently read
  * ones first: they are likeliest still in L2). */
 template <class In, int OUT, bool PRECISE>
@@ -613,18 +364,8 @@ __device__ __forceinline__ void xc_pass2(const xc_params &k, const xc_gconst &gc
         }
         const int tk = c == tc ? to : -1;
         if (!PRECISE && OUT != 0) {
-            uint4 w = xc_fast_grad8<OUT>(gc, z);
-            if (tk >= 0) {
-                /* compile-time indices only (keeps w in registers) */
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    uint32_t v = i == 0 ? w.x : i == 1 ? w.y : i == 2 ? w.z : w.w;
-                    if (tk == 2 * i) v = (v & 0xFFFF0000u) | gc.tbits;
-                    if (tk == 2 * i + 1) v = (v & 0xFFFFu) | (gc.tbits << 16);
-                    if (i == 0) w.x = v; else if (i == 1) w.y = v;
-                    else if (i == 2) w.z = v; else w.w = v;
-                }
-            }
+            uint4 w = xc_fast_grad8<OUT, true>(gc, z);
+            if (tk >= 0) xc_patch16(w, tk, gc.tbits);
             if (vout && nv == 8) {
                 xc_st16((uint16_t *)grow + j0, w, pol);
             } else {
@@ -854,6 +595,10 @@ int xc_launch_rows(const xc_params *p, int block, void *stream) {
     const int has_grad = p->grad && p->mode != XC_MODE_PART;
     const int fast = p->softcap == 0 && (p->in_dtype != XENT_F32 || p->fast_f32) &&
                      (!has_grad || p->grad_dtype == XENT_BF16 || p->grad_dtype == XENT_F16);
+    if (fast) {
+        const int e = xq_launch_rows(p, stream);
+        if (e >= 0) return e;
+    }
     if (fast && p->in_dtype == XENT_BF16) return xc_fast_out<xc_bf16>(p, block, s);
     if (fast && p->in_dtype == XENT_F16) return xc_fast_out<xc_f16>(p, block, s);
     if (fast) return xc_fast_out<xc_f32>(p, block, s);

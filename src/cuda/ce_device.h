@@ -38,6 +38,23 @@ struct xc_bf16 {
     }
     enum { VECS = 1 }; /* 16-byte vectors per chunk of 8 */
     static const bool WIDE = false; /* z - m is exact in fp32 */
+    /* packed pairs (the on-chip kernel): max and min that keep NaN, the
+     * two halves as floats, the pair of finite extremes */
+    static __device__ __forceinline__ uint32_t pmax(uint32_t a, uint32_t b) {
+        __nv_bfloat162 r = __hmax2_nan(*reinterpret_cast<const __nv_bfloat162 *>(&a),
+                                       *reinterpret_cast<const __nv_bfloat162 *>(&b));
+        return *reinterpret_cast<uint32_t *>(&r);
+    }
+    static __device__ __forceinline__ uint32_t pmin(uint32_t a, uint32_t b) {
+        __nv_bfloat162 r = __hmin2_nan(*reinterpret_cast<const __nv_bfloat162 *>(&a),
+                                       *reinterpret_cast<const __nv_bfloat162 *>(&b));
+        return *reinterpret_cast<uint32_t *>(&r);
+    }
+    static __device__ __forceinline__ float lo(uint32_t a) { return __uint_as_float(a << 16); }
+    static __device__ __forceinline__ float hi(uint32_t a) {
+        return __uint_as_float(a & 0xFFFF0000u);
+    }
+    static const uint32_t LOWEST2 = 0xFF7FFF7Fu, HIGHEST2 = 0x7F7F7F7Fu;
 };
 
 struct xc_f16 {
@@ -65,6 +82,23 @@ struct xc_f16 {
     }
     enum { VECS = 1 };
     static const bool WIDE = false; /* z - m is exact in fp32 */
+    static __device__ __forceinline__ uint32_t pmax(uint32_t a, uint32_t b) {
+        __half2 r = __hmax2_nan(*reinterpret_cast<const __half2 *>(&a),
+                                *reinterpret_cast<const __half2 *>(&b));
+        return *reinterpret_cast<uint32_t *>(&r);
+    }
+    static __device__ __forceinline__ uint32_t pmin(uint32_t a, uint32_t b) {
+        __half2 r = __hmin2_nan(*reinterpret_cast<const __half2 *>(&a),
+                                *reinterpret_cast<const __half2 *>(&b));
+        return *reinterpret_cast<uint32_t *>(&r);
+    }
+    static __device__ __forceinline__ float lo(uint32_t a) {
+        return __half2float(__ushort_as_half((unsigned short)(a & 0xFFFFu)));
+    }
+    static __device__ __forceinline__ float hi(uint32_t a) {
+        return __half2float(__ushort_as_half((unsigned short)(a >> 16)));
+    }
+    static const uint32_t LOWEST2 = 0xFBFFFBFFu, HIGHEST2 = 0x7BFF7BFFu;
 };
 
 struct xc_f32 {

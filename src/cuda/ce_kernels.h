@@ -60,6 +60,9 @@ typedef struct xc_params {
 
 /* Launchers (ce.cu). Each returns the launch's cudaError_t as an int. */
 int xc_launch_rows(const xc_params *p, int block, void *stream);
+/* The on-chip kernel (ce_cluster.cu), or -1 when it does not apply (other
+ * dtypes or modes, softcap, an fp32 gradient, V too large). */
+int xq_launch_rows(const xc_params *p, void *stream);
 int xc_launch_labels(const xc_params *p, xc_label_rec *rec, void *stream);
 int xc_launch_combine(const xc_params *p, void *stream);
 int xc_launch_reduce(const xc_params *p, float *loss, int64_t *n_counted,
