@@ -203,10 +203,15 @@ __device__ __forceinline__ void xq_sum8(xq_sums &a, const uint4 &v, float m, flo
 
 /* A chunk with the target (column to, else -1), columns past V (nv < 8)
  * or a column equal to M (a few a row): element by element from shared
- * memory, each term in double with the CPU's exp (xc_dexp). */
+ * memory. With EXTRA (entropy, label smoothing: sums that cancel) each
+ * term is in double with the CPU's exp (xc_dexp), so short rows are as
+ * exact as the CPU's; else the fast term (the double one costs the warp
+ * holding such a chunk enough to hold up the others at the next barrier:
+ * 10% on forward-only calls at V = 32000). */
 template <class In, bool EXTRA>
 __device__ __forceinline__ void xq_sum8_careful(xq_sums &a, const uint4 *chunk, float m,
-                                                double c1, int nv, int to) {
+                                                double c1, int nv, int to, float c2,
+                                                float c2lo) {
     const typename In::raw *p = (const typename In::raw *)chunk;
 #pragma unroll 1
     for (int e = 0; e < nv; e++) {
@@ -214,10 +219,14 @@ __device__ __forceinline__ void xq_sum8_careful(xq_sums &a, const uint4 *chunk, 
         if (EXTRA) a.zs += (double)z;
         if (e == to) continue;
         if (z == m) { a.ntop += 1.f; continue; }
-        const double x = (double)(z - m); /* exact */
-        const double t = xc_dexp(x * c1);
-        a.dd += t;
-        if (EXTRA) a.ddx = fma(t, x, a.ddx);
+        if (EXTRA) { /* entropy or smoothing: each term in double */
+            const double x = (double)(z - m); /* exact */
+            const double t = xc_dexp(x * c1);
+            a.dd += t;
+            a.ddx = fma(t, x, a.ddx);
+        } else {
+            xq_term<false>(a, 0, z - m, c2, c2lo); /* lane 0: no indexed registers */
+        }
     }
 }
 
@@ -361,7 +370,7 @@ __global__ void __launch_bounds__(XQ_MAX_NT, 3) xq_row_kernel(const xc_params k,
                     if (careful && (i == tcl || i == ipart || In::max8(&v) == M))
                         xq_sum8_careful<In, EXTRA>(a, xq_slice + i, M, k.inv_tau,
                                                    i == ipart ? (int)(k.V & 7) : 8,
-                                                   i == tcl ? to : -1);
+                                                   i == tcl ? to : -1, c2, c2lo);
                     else
                         xq_sum8<In, EXTRA>(a, v, M, c2, c2lo);
                 } else if (EXTRA) { /* no non-target column: ZS only */
