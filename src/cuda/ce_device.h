@@ -14,6 +14,19 @@
 /* Element formats: 8 elements (one chunk) per call                    */
 /* ------------------------------------------------------------------ */
 
+/* Max and min of packed pairs (T2: __nv_bfloat162 or __half2) that keep
+ * NaN, on the pairs' bits. */
+template <class T2>
+__device__ __forceinline__ uint32_t xc_pmax2(uint32_t a, uint32_t b) {
+    T2 r = __hmax2_nan(*reinterpret_cast<const T2 *>(&a), *reinterpret_cast<const T2 *>(&b));
+    return *reinterpret_cast<uint32_t *>(&r);
+}
+template <class T2>
+__device__ __forceinline__ uint32_t xc_pmin2(uint32_t a, uint32_t b) {
+    T2 r = __hmin2_nan(*reinterpret_cast<const T2 *>(&a), *reinterpret_cast<const T2 *>(&b));
+    return *reinterpret_cast<uint32_t *>(&r);
+}
+
 struct xc_bf16 {
     typedef uint16_t raw;
     static __device__ __forceinline__ float one(const raw *p) {
@@ -41,14 +54,10 @@ struct xc_bf16 {
     /* packed pairs (the on-chip kernel): max and min that keep NaN, the
      * two halves as floats, the pair of finite extremes */
     static __device__ __forceinline__ uint32_t pmax(uint32_t a, uint32_t b) {
-        __nv_bfloat162 r = __hmax2_nan(*reinterpret_cast<const __nv_bfloat162 *>(&a),
-                                       *reinterpret_cast<const __nv_bfloat162 *>(&b));
-        return *reinterpret_cast<uint32_t *>(&r);
+        return xc_pmax2<__nv_bfloat162>(a, b);
     }
     static __device__ __forceinline__ uint32_t pmin(uint32_t a, uint32_t b) {
-        __nv_bfloat162 r = __hmin2_nan(*reinterpret_cast<const __nv_bfloat162 *>(&a),
-                                       *reinterpret_cast<const __nv_bfloat162 *>(&b));
-        return *reinterpret_cast<uint32_t *>(&r);
+        return xc_pmin2<__nv_bfloat162>(a, b);
     }
     static __device__ __forceinline__ float lo(uint32_t a) { return __uint_as_float(a << 16); }
     static __device__ __forceinline__ float hi(uint32_t a) {
@@ -83,14 +92,10 @@ struct xc_f16 {
     enum { VECS = 1 };
     static const bool WIDE = false; /* z - m is exact in fp32 */
     static __device__ __forceinline__ uint32_t pmax(uint32_t a, uint32_t b) {
-        __half2 r = __hmax2_nan(*reinterpret_cast<const __half2 *>(&a),
-                                *reinterpret_cast<const __half2 *>(&b));
-        return *reinterpret_cast<uint32_t *>(&r);
+        return xc_pmax2<__half2>(a, b);
     }
     static __device__ __forceinline__ uint32_t pmin(uint32_t a, uint32_t b) {
-        __half2 r = __hmin2_nan(*reinterpret_cast<const __half2 *>(&a),
-                                *reinterpret_cast<const __half2 *>(&b));
-        return *reinterpret_cast<uint32_t *>(&r);
+        return xc_pmin2<__half2>(a, b);
     }
     static __device__ __forceinline__ float lo(uint32_t a) {
         return __half2float(__ushort_as_half((unsigned short)(a & 0xFFFFu)));
