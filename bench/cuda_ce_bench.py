@@ -21,6 +21,9 @@ reported by construction).
 
 Usage: python3 bench/cuda_ce_bench.py [--shapes 16384x128256,8192x151936,32768x32000]
        [--reps 20] [--warmup 3] [--lib build/libxent.so] [--json FILE] [--no-compile]
+       [--no-peers] [--variants XENT_CUDA_CLUSTER=0,XENT_CUDA_CLUSTER=4:128,...]
+(a variant times xent again with those environment settings, e.g. the
+streaming kernel forced, or the on-chip kernel with clusters of 4 blocks)
 """
 import argparse
 import ctypes as C
