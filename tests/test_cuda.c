@@ -728,6 +728,104 @@ TEST(cuda_bad_labels) {
     free(g);
 }
 
+/* Bad input beyond labels, as on the CPU: a non-finite grad_rows value
+ * (XENT_ERR_VALUE naming it, nothing written; unchecked: that row's
+ * gradient NaN), and shards that do not claim each row's target exactly
+ * once in a combine (XENT_ERR_VALUE naming the row, nothing written;
+ * unchecked: those rows NaN and counted as non-finite). */
+TEST(cuda_bad_grad_rows_and_owners) {
+    if (!gpu_ready()) return;
+    const int64_t T = 24, V = 600, cut = 300;
+    uint16_t *h = malloc(T * V * 2), *g = malloc(T * V * 2);
+    int64_t lab[24];
+    float gr[24];
+    xt_rng_t *r = xt_rng();
+    for (int64_t i = 0; i < T * V; i++) h[i] = xent_f32_to_bf16((float)xt_normal(r));
+    for (int t = 0; t < T; t++) {
+        lab[t] = xt_randint(r, V);
+        gr[t] = (float)(0.5 + xt_uniform(r));
+    }
+    lab[0] = 10;  /* in shard 0 */
+    lab[1] = 450; /* in shard 1 */
+    lab[2] = -100;
+    gr[9] = NAN;
+    void *dl = dev_copy(h, T * V * 2), *dlab = dev_copy(lab, sizeof lab);
+    float *dgr = dev_copy(gr, sizeof gr), *dloss = dev_alloc(T * 4), *dnll = dev_alloc(T * 4);
+    uint16_t *dg = dev_alloc(T * V * 2);
+    int64_t *dcnt = dev_alloc(16);
+    xent_ce_input gi = {dl, XENT_BF16, T, V, 0, dlab, XENT_I64, dgr};
+    xent_ce_opts o;
+    xent_ce_opts_init(&o);
+    o.reduction = XENT_REDUCE_NONE;
+    xent_ce_output go;
+    memset(&go, 0, sizeof go);
+    go.loss = dloss; go.grad = dg; go.grad_dtype = XENT_BF16;
+    go.n_counted = dcnt; go.n_nonfinite = dcnt + 1;
+    xent_status s = xent_cuda_ce(&gi, &o, &go, NULL);
+    CHECK(s == XENT_ERR_VALUE && strstr(xent_last_error(), "grad_rows[9]") != NULL,
+          "status %d, message: %s", s, xent_last_error());
+    float loss[24];
+    host_copy(g, dg, T * V * 2);
+    host_copy(loss, dloss, sizeof loss);
+    int touched = 0;
+    for (int64_t i = 0; i < T * V; i++) touched |= g[i] != 0xFFFF;
+    for (int t = 0; t < T; t++) touched |= !isnan(loss[t]);
+    CHECK(!touched, "outputs were written with a NaN in grad_rows");
+    int old = xent_cuda_set_label_check(0);
+    s = xent_cuda_ce(&gi, &o, &go, NULL);
+    xent_cuda_set_label_check(old);
+    CHECK(s == XENT_OK, "unchecked: %s", xent_last_error());
+    host_copy(g, dg, T * V * 2);
+    CHECK(isnan(xent_bf16_to_f32(g[9 * V + 7])) && !isnan(xent_bf16_to_f32(g[8 * V + 7])),
+          "unchecked: row 9's gradient should be NaN and row 8's not");
+
+    /* two shards' statistics, then shard 0's twice: row 0's target claimed
+     * twice, row 1's never; row 2 is ignored */
+    xent_ce_partial *dparts = dev_alloc(2 * T * sizeof(xent_ce_partial));
+    for (int k = 0; k < 2; k++) {
+        xent_ce_opts ok;
+        xent_ce_opts_init(&ok);
+        ok.vocab_start = k ? cut : 0;
+        ok.vocab_total = V;
+        xent_ce_input si = {(uint16_t *)dl + (k ? cut : 0), XENT_BF16, T, k ? V - cut : cut, V,
+                            dlab, XENT_I64, NULL};
+        s = xent_cuda_ce_shard_stats(&si, &ok, dparts + k * T, NULL);
+        CHECK(s == XENT_OK, "shard %d: %s", k, xent_last_error());
+    }
+    cudaMemcpy(dparts + T, dparts, T * sizeof(xent_ce_partial), cudaMemcpyDeviceToDevice);
+    xent_ce_opts oc;
+    xent_ce_opts_init(&oc);
+    oc.vocab_total = V;
+    xent_ce_input ci = {NULL, XENT_BF16, T, V, 0, dlab, XENT_I64, NULL};
+    xent_ce_output co;
+    memset(&co, 0, sizeof co);
+    co.nll = dnll; co.n_counted = dcnt; co.n_nonfinite = dcnt + 1;
+    cudaMemset(dnll, 0xFF, T * 4);
+    s = xent_cuda_ce_combine(dparts, 2, &ci, &oc, &co, NULL);
+    CHECK(s == XENT_ERR_VALUE && strstr(xent_last_error(), "row 0 (label 10): 2 shards") != NULL,
+          "status %d, message: %s", s, xent_last_error());
+    float nll[24];
+    host_copy(nll, dnll, sizeof nll);
+    touched = 0;
+    for (int t = 0; t < T; t++) touched |= !isnan(nll[t]);
+    CHECK(!touched, "combine wrote outputs with a target claimed twice");
+    old = xent_cuda_set_label_check(0);
+    s = xent_cuda_ce_combine(dparts, 2, &ci, &oc, &co, NULL);
+    xent_cuda_set_label_check(old);
+    CHECK(s == XENT_OK, "unchecked combine: %s", xent_last_error());
+    int64_t cnt[2], want = 0;
+    for (int t = 0; t < T; t++) want += lab[t] >= 0; /* every counted row is claimed 0 or 2 times */
+    host_copy(cnt, dcnt, 16);
+    host_copy(nll, dnll, sizeof nll);
+    CHECK(cnt[1] == want && isnan(nll[0]) && isnan(nll[1]) && nll[2] == 0.0f,
+          "unchecked combine: %lld non-finite rows (expected %lld), nll %g %g %g",
+          (long long)cnt[1], (long long)want, (double)nll[0], (double)nll[1], (double)nll[2]);
+    cudaFree(dl); cudaFree(dlab); cudaFree(dgr); cudaFree(dloss); cudaFree(dnll); cudaFree(dg);
+    cudaFree(dcnt); cudaFree(dparts);
+    free(h);
+    free(g);
+}
+
 /* NaN, +inf and -inf logits: those rows NaN and counted, others exact. */
 TEST(cuda_nonfinite_rows) {
     if (!gpu_ready()) return;

@@ -27,9 +27,12 @@
  * floating-point atomics).
  *
  * Differences from the CPU entry points: opts may be NULL (the defaults);
- * grad_rows is not checked for NaN (a NaN there gives a NaN gradient row);
- * xent_cuda_ce_combine does not check that exactly one shard owns each
- * counted row's target (the CPU does); V must be below 2^33. */
+ * V must be below 2^33. Bad input is found by one small pass before the
+ * rows are touched, as on the CPU: a label outside [0, vocab_total)
+ * (XENT_ERR_LABEL), a non-finite grad_rows value, a combine whose shards do
+ * not claim each counted row's target exactly once (XENT_ERR_VALUE); with
+ * xent_cuda_set_label_check(0) nothing is checked on the host and such rows
+ * come out NaN (counted in n_nonfinite). */
 #ifndef XENT_CUDA_H
 #define XENT_CUDA_H
 #ifdef __cplusplus

@@ -479,14 +479,27 @@ __global__ void __launch_bounds__(1024) xc_row_kernel(const xc_params k) {
 /* Labels, combine and reductions                                      */
 /* ------------------------------------------------------------------ */
 
+/* Counts the rows with a target and finds the first bad row: key (T - r)
+ * << 2 | kind, kind 3 a label outside [0, vocab_total), 2 a non-finite
+ * grad_rows value, 1 (combine) a row whose target is not claimed by
+ * exactly one shard (none for an ignored row); the max key is the first
+ * bad row. */
 __global__ void xc_label_kernel(const xc_params k, xc_label_rec *rec) {
     __shared__ unsigned long long sc[XC_MAX_WARPS], sb[XC_MAX_WARPS];
-    unsigned long long cnt = 0, bad = 0; /* bad: max of T - row */
+    unsigned long long cnt = 0, bad = 0;
     for (int64_t r = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; r < k.T;
          r += (int64_t)gridDim.x * blockDim.x) {
         xc_row w = xc_row_info(k, r);
         cnt += (unsigned long long)w.counted;
-        if (w.bad) bad = max(bad, (unsigned long long)(k.T - r));
+        unsigned kind = 0;
+        if (k.parts && !w.bad) {
+            int owners = 0;
+            for (int s = 0; s < k.nshards; s++) owners += k.parts[(int64_t)s * k.T + r].flags & 1;
+            if (owners != (w.counted ? 1 : 0)) kind = 1;
+        }
+        if (k.grad_rows && !isfinite(k.grad_rows[r])) kind = 2;
+        if (w.bad) kind = 3;
+        if (kind) bad = max(bad, (unsigned long long)(k.T - r) << 2 | kind);
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {

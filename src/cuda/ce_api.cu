@@ -160,26 +160,49 @@ static xent_status xc_labels(const char *fn, const xc_params *p, xc_scratch *sc)
 xent_status xc_label_pass(const char *fn, const xc_params *p, xc_label_rec *rec_d,
                           cudaStream_t s) {
     xent_status st = xc_cuda((cudaError_t)xc_launch_labels(p, rec_d, s), "label pass");
-    if (st != XENT_OK || p->unchecked || !p->labels) return st;
+    if (st != XENT_OK || p->unchecked || (!p->labels && !p->grad_rows)) return st;
     xc_label_rec rec;
     st = xc_cuda(cudaMemcpyAsync(&rec, rec_d, sizeof rec, cudaMemcpyDeviceToHost, s),
                  "label record copy");
     if (st == XENT_OK) st = xc_cuda(cudaStreamSynchronize(s), "label pass (synchronize)");
     if (st != XENT_OK || rec.neg_first_bad == 0) return st;
-    int64_t row = p->T - (int64_t)rec.neg_first_bad;
-    long long v = 0;
-    if (p->labels64) {
+    const int64_t row = p->T - (int64_t)(rec.neg_first_bad >> 2);
+    const int kind = (int)(rec.neg_first_bad & 3);
+    long long v = 0; /* the row's label */
+    if (p->labels && p->labels64) {
         int64_t x = 0;
         st = xc_cuda(cudaMemcpy(&x, (const int64_t *)p->labels + row, 8, cudaMemcpyDeviceToHost),
                      "label copy");
         v = x;
-    } else {
+    } else if (p->labels) {
         int32_t x = 0;
         st = xc_cuda(cudaMemcpy(&x, (const int32_t *)p->labels + row, 4, cudaMemcpyDeviceToHost),
                      "label copy");
         v = x;
     }
     if (st != XENT_OK) return st;
+    if (kind == 2) {
+        float g = 0;
+        st = xc_cuda(cudaMemcpy(&g, p->grad_rows + row, 4, cudaMemcpyDeviceToHost),
+                     "grad_rows copy");
+        if (st != XENT_OK) return st;
+        return xent__fail(XENT_ERR_VALUE, "%s: grad_rows[%lld] = %g is not finite", fn,
+                          (long long)row, (double)g);
+    }
+    if (kind == 1) {
+        int owners = 0;
+        for (int k = 0; k < p->nshards && st == XENT_OK; k++) {
+            xent_ce_partial q;
+            st = xc_cuda(cudaMemcpy(&q, p->parts + (int64_t)k * p->T + row, sizeof q,
+                                    cudaMemcpyDeviceToHost), "partial copy");
+            owners += (int)(q.flags & 1);
+        }
+        if (st != XENT_OK) return st;
+        const int want = p->labels && v != (long long)p->ignore_index;
+        return xent__fail(XENT_ERR_VALUE,
+                          "%s: row %lld (label %lld): %d shards claim the target; expected %d "
+                          "(check each shard's vocab_start)", fn, (long long)row, v, owners, want);
+    }
     return xent__fail(XENT_ERR_LABEL, "%s: labels[%lld] = %lld is outside [0, %lld)", fn,
                       (long long)row, v, (long long)p->vocab_total);
 }

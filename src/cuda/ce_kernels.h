@@ -16,8 +16,9 @@ typedef struct xc_row_acc {
     int nonfinite; /* the row saw a NaN/inf logit (or a bad label)         */
 } xc_row_acc;
 
-/* Written by the label pass: first bad row as T - row (0: none) and the
- * number of rows with a target. */
+/* Written by the label pass: the first bad row as (T - row) << 2 | kind
+ * (0: none; kinds in ce.cu's xc_label_kernel) and the number of rows with
+ * a target. */
 typedef struct xc_label_rec {
     unsigned long long neg_first_bad;
     unsigned long long counted;

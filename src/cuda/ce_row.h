@@ -94,6 +94,8 @@ static __device__ xc_out xc_finish(const xc_params &k, const xc_row &w,
             M = mk > M ? mk : M;
         }
     }
+    /* a target claimed by no shard or by two (unchecked combine): NaN row */
+    if (!w.bad && owners != (w.counted ? 1 : 0)) o.nonfinite = 1;
     if (o.nonfinite) {
         o.lse = o.entropy = NAN;
         o.nll = o.loss = w.counted ? NAN : 0.0;
