@@ -55,7 +55,9 @@ struct xc_acc {
     double ZS;    /* sum of z (raw on the fast path, z' on the precise)  */
     float s[XC_LANES], sx[XC_LANES]; /* fast path: fp32 lanes since the
                                         last flush (column j in lane j % 4) */
-    float nf;     /* NaN once a non-finite logit was seen                */
+    float c[2];   /* fast path without EXTRA: sum of e y_lo (lane j % 2)  */
+    float nf;     /* NaN once a non-finite logit was seen (the fast path
+                     sees most of them as NaN sums instead: xc_fast_sum) */
     float zt;     /* raw target logit (owner thread)                     */
     int own;
 };
@@ -67,6 +69,7 @@ __device__ __forceinline__ void xc_acc_init(xc_acc &a) {
     a.D = a.DX = a.ZS = 0;
 #pragma unroll
     for (int i = 0; i < XC_LANES; i++) a.s[i] = a.sx[i] = 0.f;
+    a.c[0] = a.c[1] = 0.f;
     a.nf = 0.f;
     a.zt = 0.f;
     a.own = 0;
@@ -87,6 +90,8 @@ __device__ __forceinline__ void xc_rebase(const xc_params &k, xc_acc &a, float c
                 a.s[i] = 0.f;
                 if (EXTRA) { sxd += (double)a.sx[i]; a.sx[i] = 0.f; }
             }
+            sd += ((double)a.c[0] + (double)a.c[1]) * 0.6931471805599453;
+            a.c[0] = a.c[1] = 0.f;
             sxd *= k.inv_tau; /* raw -> transformed units */
         }
         double St = a.D + sd + (double)a.ntop, DXt = a.DX + sxd;
@@ -100,6 +105,17 @@ __device__ __forceinline__ void xc_rebase(const xc_params &k, xc_acc &a, float c
     a.ntop = 0.f;
 }
 
+/* The fp32 lanes into the doubles, at the end of each round (so a lane
+ * never holds more than XC_UNROLL * 8 / XC_LANES = 8 terms, whatever the
+ * block size; the e y_lo lanes, a first-order correction, stay). */
+template <bool EXTRA>
+__device__ __forceinline__ void xc_flush_lanes(const xc_params &k, xc_acc &a) {
+    a.D += (double)((a.s[0] + a.s[1]) + (a.s[2] + a.s[3]));
+    if (EXTRA) a.DX += (double)((a.sx[0] + a.sx[1]) + (a.sx[2] + a.sx[3])) * k.inv_tau;
+#pragma unroll
+    for (int i = 0; i < XC_LANES; i++) a.s[i] = a.sx[i] = 0.f;
+}
+
 /* Max of a chunk's lanes, leaving out lanes past the row end (i >= nv)
  * and the target (i == tk). */
 __device__ __forceinline__ float xc_chunk_max(const float z[8], int nv, int tk) {
@@ -110,15 +126,15 @@ __device__ __forceinline__ float xc_chunk_max(const float z[8], int nv, int tk) 
     return cm;
 }
 
-/* One term on the fast path: e = 2^(x c2) with the rounding error of the
- * product x * c2 (and of c2 itself) carried to first order, so the only
- * error left is the MUFU exp2's (about 1.5 ulp). */
-__device__ __forceinline__ float xc_term(float x, float c2, float c2lo) {
+/* One term on the fast path: e = 2^(x c2) and y_lo, the rounding error of
+ * the product x * c2 (and of c2 itself); the term is e (1 + y_lo ln 2) to
+ * first order, so the only error left is the MUFU exp2's (about 1.5 ulp).
+ * A logit of -inf gives y_lo = NaN (and so a NaN sum). */
+__device__ __forceinline__ float xc_term(float x, float c2, float c2lo, float &ylo) {
     float y = x * c2;
-    float ylo = fmaf(x, c2, -y);
+    ylo = fmaf(x, c2, -y);
     ylo = fmaf(x, c2lo, ylo);
-    float e = xc_ex2_ftz(y);
-    return fmaf(e, ylo * 0.6931471805599453f, e);
+    return xc_ex2_ftz(y);
 }
 
 /* fp32 logits: x = fl(z - m) need not be exact; TwoSum gives its rounding
@@ -126,29 +142,44 @@ __device__ __forceinline__ float xc_term(float x, float c2, float c2lo) {
  * the term carries lo c2 to first order as it carries the product's error.
  * (bf16/f16 logits: z - m is exact in fp32 and lo = 0.) */
 __device__ __forceinline__ float xc_term_wide(float z, float m, float x, float c2,
-                                              float c2lo) {
+                                              float c2lo, float &ylo) {
     float bb = x - z;
     float lo = (z - (x - bb)) + (-m - bb);
     float y = x * c2;
-    float ylo = fmaf(x, c2, -y);
+    ylo = fmaf(x, c2, -y);
     ylo = fmaf(x, c2lo, ylo);
     ylo = fmaf(lo, c2, ylo);
-    float e = xc_ex2_ftz(y);
-    return fmaf(e, ylo * 0.6931471805599453f, e);
+    return xc_ex2_ftz(y);
+}
+
+/* Adds a term (e, y_lo) of column i to the lanes: without EXTRA, e and e
+ * y_lo apart (S = sum e + ln 2 sum e y_lo, one instruction less per term);
+ * with EXTRA the corrected term, which SX also needs. */
+template <bool EXTRA>
+__device__ __forceinline__ void xc_add_term(xc_acc &a, int i, float e, float ylo, float x) {
+    if (EXTRA) {
+        const float t = fmaf(e, ylo * 0.6931471805599453f, e);
+        a.s[i % XC_LANES] += t;
+        a.sx[i % XC_LANES] = fmaf(t, x, a.sx[i % XC_LANES]);
+    } else {
+        a.s[i % XC_LANES] += e;
+        a.c[i & 1] = fmaf(e, ylo, a.c[i & 1]);
+    }
 }
 
 /* Sums of one chunk on the fast path, against the running max a.m >= cm.
  * careful: lanes masked (past the end or the target) or at the max.
- * WIDE: fp32 logits (see xc_term_wide). */
+ * WIDE: fp32 logits (see xc_term_wide). Non-finite logits are not tested
+ * here one by one: NaN and -inf make the sums NaN (y_lo = NaN), +inf is
+ * the max (checked once per row), and so is -inf when every column so far
+ * is -inf (flagged below); the target is checked by its owner. */
 template <bool EXTRA, bool WIDE>
 __device__ __forceinline__ void xc_fast_sum(xc_acc &a, const float z[8], int nv, int tk,
                                             bool careful, float c2, float c2lo) {
+    if (EXTRA) {
 #pragma unroll
-    for (int i = 0; i < 8; i++) {
-        if (i < nv) {
-            a.nf = fmaf(z[i], 0.f, a.nf);
-            if (EXTRA) a.ZS += (double)z[i];
-        }
+        for (int i = 0; i < 8; i++)
+            if (i < nv) a.ZS += (double)z[i];
     }
     if (tk >= 0) {
         a.own = 1;
@@ -157,24 +188,25 @@ __device__ __forceinline__ void xc_fast_sum(xc_acc &a, const float z[8], int nv,
         for (int i = 1; i < 8; i++)
             if (i == tk) a.zt = z[i];
     }
-    if (a.m == -INFINITY) return;
+    if (a.m == -INFINITY) { /* every non-target column here is -inf */
+        if (nv > (tk >= 0 && tk < nv ? 1 : 0)) a.nf = NAN;
+        return;
+    }
     if (careful) {
 #pragma unroll
         for (int i = 0; i < 8; i++) {
             if (i >= nv || i == tk) continue;
             if (z[i] == a.m) { a.ntop += 1.f; continue; }
-            float x = z[i] - a.m;
-            float e = WIDE ? xc_term_wide(z[i], a.m, x, c2, c2lo) : xc_term(x, c2, c2lo);
-            a.s[i % XC_LANES] += e;
-            if (EXTRA) a.sx[i % XC_LANES] = fmaf(e, x, a.sx[i % XC_LANES]);
+            float x = z[i] - a.m, ylo;
+            float e = WIDE ? xc_term_wide(z[i], a.m, x, c2, c2lo, ylo) : xc_term(x, c2, c2lo, ylo);
+            xc_add_term<EXTRA>(a, i, e, ylo, x);
         }
     } else {
 #pragma unroll
         for (int i = 0; i < 8; i++) {
-            float x = z[i] - a.m;
-            float e = WIDE ? xc_term_wide(z[i], a.m, x, c2, c2lo) : xc_term(x, c2, c2lo);
-            a.s[i % XC_LANES] += e;
-            if (EXTRA) a.sx[i % XC_LANES] = fmaf(e, x, a.sx[i % XC_LANES]);
+            float x = z[i] - a.m, ylo;
+            float e = WIDE ? xc_term_wide(z[i], a.m, x, c2, c2lo, ylo) : xc_term(x, c2, c2lo, ylo);
+            xc_add_term<EXTRA>(a, i, e, ylo, x);
         }
     }
 }
@@ -297,6 +329,7 @@ __device__ __forceinline__ void xc_pass1(const xc_params &k, xc_acc &a,
                 xc_sum<PRECISE, EXTRA, In::WIDE>(k, a, z, 8, c == tc ? to : -1, cmax[u], c2, c2lo);
             }
         }
+        if (!PRECISE) xc_flush_lanes<EXTRA>(k, a);
     }
     const int nv = (int)(k.V & 7);
     if (nv && nfull % NT == tid) { /* the partial last chunk */
@@ -322,6 +355,76 @@ __device__ __forceinline__ uint32_t xc_precise_grad1(const xc_params &k,
     return xc_bits_of(gc.g * ch * (gc.A1 * p - gc.E), k.grad_dtype);
 }
 
+/* Fast gradient of 8 columns in the row's form gc.gm (a chunk or two per
+ * thread and row: the slow paths only). */
+template <int OUT>
+__device__ __forceinline__ uint4 xc_fast_grad8_any(const xc_gconst &gc, const float z[8]) {
+    if (gc.gm == XC_GM_SHIFT) return xc_fast_grad8<OUT, XC_GM_SHIFT>(gc, z);
+    if (gc.gm == XC_GM_WIDE) return xc_fast_grad8<OUT, XC_GM_WIDE>(gc, z);
+    return xc_fast_grad8<OUT, XC_GM_SCALED>(gc, z);
+}
+
+#define XC_P2U 4 /* chunks loaded together in the vector pass 2 */
+
+/* Up to XC_P2U of this thread's chunks, slots slot, slot - 1, ... >= lo:
+ * all loads issued, then each chunk's gradient stored. Returns the next
+ * slot. */
+template <class In, int OUT, int GM, bool ON_CHIP>
+__device__ __forceinline__ int xc_p2_batch(const xc_gconst &gc, const typename In::raw *row,
+                                           uint16_t *grow, const uint4 *stage, int slot,
+                                           int lo, uint64_t pol) {
+    const int NT = blockDim.x, tid = threadIdx.x;
+    const int n = slot - lo + 1 < XC_P2U ? slot - lo + 1 : XC_P2U;
+    uint4 b[XC_P2U][In::VECS];
+#pragma unroll
+    for (int u = 0; u < XC_P2U; u++) {
+        if (u >= n) break;
+        const int sl = slot - u;
+#pragma unroll
+        for (int v = 0; v < In::VECS; v++)
+            b[u][v] = ON_CHIP ? stage[(sl * NT + tid) * In::VECS + v]
+                              : xc_ld16(row + (int64_t)(tid + sl * NT) * 8 + v * (8 / In::VECS),
+                                        pol);
+    }
+#pragma unroll
+    for (int u = 0; u < XC_P2U; u++) {
+        if (u >= n) break;
+        float z[8];
+        In::unpack(b[u], z);
+        xc_st16(grow + (int64_t)(tid + (slot - u) * NT) * 8, xc_fast_grad8<OUT, GM>(gc, z), pol);
+    }
+    return slot - n;
+}
+
+/* Pass 2 on the fast path for aligned rows and gradients: this thread's
+ * whole chunks in reverse order (the most recently read first: likeliest
+ * still in L2; then the ones kept in shared memory), XC_P2U loads issued
+ * before any is used; the partial last chunk first, element by element;
+ * the target's column written over by its owner at the end. */
+template <class In, int OUT, int GM>
+__device__ __forceinline__ void xc_pass2_vec(const xc_params &k, const xc_gconst &gc,
+                                             const typename In::raw *row, uint16_t *grow,
+                                             const uint4 *stage, int kcap) {
+    const int nfull = (int)(k.V >> 3), NT = blockDim.x, tid = threadIdx.x;
+    const uint64_t pol = xc_policy_first();
+    const int nv = (int)(k.V & 7);
+    if (nv && nfull % NT == tid) {
+        const int64_t j0 = (int64_t)nfull * 8;
+        float z[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++) z[i] = i < nv ? In::one(row + j0 + i) : 0.f;
+        const uint4 w = xc_fast_grad8<OUT, GM>(gc, z);
+        const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
+        for (int i = 0; i < nv; i++) grow[j0 + i] = (uint16_t)(ws[i >> 1] >> (16 * (i & 1)));
+    }
+    int slot = tid < nfull ? (nfull - 1 - tid) / NT : -1; /* this thread's last chunk */
+    while (slot >= kcap) /* from global memory (mostly L2) */
+        slot = xc_p2_batch<In, OUT, GM, false>(gc, row, grow, stage, slot, kcap, pol);
+    while (slot >= 0) /* the chunks kept in shared memory */
+        slot = xc_p2_batch<In, OUT, GM, true>(gc, row, grow, stage, slot, 0, pol);
+    if (gc.tl >= 0 && (gc.tl >> 3) % NT == tid) grow[gc.tl] = (uint16_t)gc.tbits;
+}
+
 /* Pass 2 for this thread, chunks in reverse order (the most recently read
  * ones first: they are likeliest still in L2). */
 template <class In, int OUT, bool PRECISE>
@@ -334,6 +437,14 @@ __device__ __forceinline__ void xc_pass2(const xc_params &k, const xc_gconst &gc
     const int dt = k.grad_dtype;
     const bool vin = ((uintptr_t)row & 15) == 0;
     const bool vout = ((uintptr_t)grow & 15) == 0 && !PRECISE;
+    if (!PRECISE && OUT != 0 && gc.kind == 0 && vin && vout) {
+        uint16_t *g16 = (uint16_t *)grow;
+        if (gc.gm == XC_GM_SHIFT) xc_pass2_vec<In, OUT, XC_GM_SHIFT>(k, gc, row, g16, stage, kcap);
+        else if (gc.gm == XC_GM_WIDE) xc_pass2_vec<In, OUT, XC_GM_WIDE>(k, gc, row, g16, stage, kcap);
+        else xc_pass2_vec<In, OUT, XC_GM_SCALED>(k, gc, row, g16, stage, kcap);
+        return;
+    }
+    /* everything else: constant rows, the precise path, unaligned rows */
     const uint64_t pol = xc_policy_first();
     if (tid >= nchunk) return;
     int slot = (nchunk - 1 - tid) / NT; /* this thread's last chunk */
@@ -364,7 +475,7 @@ __device__ __forceinline__ void xc_pass2(const xc_params &k, const xc_gconst &gc
         }
         const int tk = c == tc ? to : -1;
         if (!PRECISE && OUT != 0) {
-            uint4 w = xc_fast_grad8<OUT, true>(gc, z);
+            uint4 w = xc_fast_grad8_any<OUT>(gc, z);
             if (tk >= 0) xc_patch16(w, tk, gc.tbits);
             if (vout && nv == 8) {
                 xc_st16((uint16_t *)grow + j0, w, pol);
@@ -434,6 +545,7 @@ __global__ void __launch_bounds__(1024) xc_row_kernel(const xc_params k) {
             double sd = 0, sxd = 0;
 #pragma unroll
             for (int i = 0; i < XC_LANES; i++) { sd += (double)a.s[i]; sxd += (double)a.sx[i]; }
+            sd += ((double)a.c[0] + (double)a.c[1]) * 0.6931471805599453;
             a.D += sd;
             a.DX += sxd * k.inv_tau; /* raw -> transformed units */
             a.ZS = a.ZS * k.inv_tau;
@@ -447,7 +559,10 @@ __global__ void __launch_bounds__(1024) xc_row_kernel(const xc_params k) {
             v[2] = f * (a.DX + off * St);
         }
         xc_block_sum4(v, sh.sum);
-        const int nf = __syncthreads_or(a.nf != a.nf);
+        /* non-finite logits: a NaN flag (precise path, a column of -inf
+         * alone), a NaN sum (fast path), an infinite max, the target */
+        const int nf = __syncthreads_or(a.nf != a.nf || v[1] != v[1] ||
+                                        (a.own && !isfinite(a.zt))) || M == INFINITY;
         const int own = __syncthreads_or(a.own);
         if (threadIdx.x == 0) {
             xent_ce_partial p;

@@ -14,16 +14,18 @@ extern "C" xent_status xent__ce_check_opts(const xent_ce_opts *o, int64_t V); /*
 static thread_local int g_check_labels = 1;
 
 /* Block size of the row kernel: XENT_CUDA_BLOCK (64..1024, a multiple of
- * 32) if set, else a function of V alone (about 31 chunks of 8 columns per
- * thread, 128..512 threads), so that every call on the same row (xent_cuda_ce,
- * _logprobs, _shard_stats) sums in the same order: per-row results are
- * bitwise the same whatever T, the row's position and the entry point. */
+ * 32) if set, else a function of V alone (about 62 chunks of 8 columns per
+ * thread, 128..256 threads: four blocks per multiprocessor; 512 measured 12%
+ * slower forward-only and no faster with a gradient, bench/RESULTS.md), so
+ * that every call on the same row (xent_cuda_ce, _logprobs, _shard_stats)
+ * sums in the same order: per-row results are bitwise the same whatever T,
+ * the row's position and the entry point. */
 int xc_block(int64_t V) {
     const char *s = getenv("XENT_CUDA_BLOCK");
     int v = s ? atoi(s) : 0;
     if (v >= 64 && v <= 1024 && v % 32 == 0) return v;
-    int64_t nt = (V / 256 + 31) / 32 * 32;
-    return nt < 128 ? 128 : (nt > 512 ? 512 : (int)nt);
+    int64_t nt = (V / 512 + 31) / 32 * 32;
+    return nt < 128 ? 128 : (nt > 256 ? 256 : (int)nt);
 }
 
 xent_status xc_cuda(cudaError_t e, const char *what) {

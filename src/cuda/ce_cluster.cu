@@ -231,6 +231,55 @@ __device__ __forceinline__ void xq_sum8_careful(xq_sums &a, const uint4 *chunk, 
 }
 
 /* ------------------------------------------------------------------ */
+/* Pass 2                                                              */
+/* ------------------------------------------------------------------ */
+
+extern __shared__ uint4 xq_slice[]; /* [P] this block's chunks of the row */
+
+#define XQ_GM_CONST (-1) /* every column the same bits (gc.kind != 0) */
+
+struct xq_pass2_args {
+    uint16_t *grow;        /* the slice's gradient, column 0 of chunk 0    */
+    const uint16_t *nsrc;  /* the next row's chunk tid                     */
+    uint64_t pol;
+    int nl, ipart, nvpart; /* chunks, the partial one (or -1), its columns */
+    bool vout;             /* grow 16-byte aligned                         */
+    bool refill;           /* copy the next row into each slot after use   */
+};
+
+/* This thread's chunks of the slice: the gradient in form GM (XC_GM_*, or
+ * XQ_GM_CONST), each slot refilled with the next row's chunk once read
+ * (the copy waits on a value read from the slot). The target's column is
+ * written over afterwards by its owner. */
+template <class In, int OUT, int GM>
+__device__ __forceinline__ void xq_pass2(const xc_gconst &gc, const xq_pass2_args &a) {
+    const int NT = blockDim.x;
+    const uint32_t cb = xc_const_bits(gc.kind, OUT), cw = cb | cb << 16;
+    const uint16_t *nsrc = a.nsrc;
+#pragma unroll 2
+    for (int i = threadIdx.x; i < a.nl; i += NT, nsrc += (int64_t)NT * 8) {
+        const uint4 v = xq_slice[i];
+        uint4 g;
+        if (GM == XQ_GM_CONST) {
+            g = make_uint4(cw, cw, cw, cw);
+        } else {
+            float z[8];
+            In::unpack(&v, z);
+            g = xc_fast_grad8<OUT, GM>(gc, z);
+        }
+        if (i == a.ipart || !a.vout) {
+            const uint32_t ws[4] = {g.x, g.y, g.z, g.w};
+            const int nv = i == a.ipart ? a.nvpart : 8;
+            for (int e = 0; e < nv; e++)
+                a.grow[(int64_t)i * 8 + e] = (uint16_t)(ws[e >> 1] >> (16 * (e & 1)));
+        } else {
+            xc_st16(a.grow + (int64_t)i * 8, g, a.pol);
+        }
+        if (a.refill && i != a.ipart) xq_cp16(xq_slice + i, nsrc, a.pol, v.x ^ g.x);
+    }
+}
+
+/* ------------------------------------------------------------------ */
 /* The kernel                                                          */
 /* ------------------------------------------------------------------ */
 
@@ -238,7 +287,6 @@ template <class In, int OUT, bool EXTRA>
 __global__ void __launch_bounds__(XQ_MAX_NT, 3) xq_row_kernel(const xc_params k,
                                                               const int P) {
     __shared__ xq_shared sh;
-    extern __shared__ uint4 xq_slice[]; /* [P] this block's chunks of the row */
     cg::cluster_group cl = cg::this_cluster();
     const int C = (int)cl.num_blocks(), q = (int)cl.block_rank();
     const int NT = blockDim.x, tid = threadIdx.x;
@@ -438,40 +486,18 @@ __global__ void __launch_bounds__(XQ_MAX_NT, 3) xq_row_kernel(const xc_params k,
         if (GRAD) { /* pass 2: the gradient; the next row's copy starts here */
             __syncthreads();
             const xc_gconst gc = sh.gc;
-            const bool scaled = !(gc.A == 1.f && gc.B == 0.f);
             uint16_t *grow = (uint16_t *)k.grad + r * k.ld_grad + c0 * 8;
-            const bool vout = ((uintptr_t)grow & 15) == 0;
-            const uint32_t cb = xc_const_bits(gc.kind, OUT);
-            const uint32_t cw = cb | cb << 16;
-            const bool pre = more;
-            const uint16_t *nsrc = nsrc0;
-            /* the target's gradient, by its owner (off thread 0's path) */
-            const uint32_t tbits = tcl >= 0 && tcl % NT == tid && (gc.kind == 0 || gc.kind == 3)
-                                       ? xc_target_bits(k, gc.g, rzt, gc.lse, gc.nll) : 0u;
-#pragma unroll 2
-            for (int i = tid; i < nl; i += NT) {
-                const uint4 v = xq_slice[i];
-                uint4 g;
-                if (gc.kind != 0) {
-                    g = make_uint4(cw, cw, cw, cw);
-                } else {
-                    float z[8];
-                    In::unpack(&v, z);
-                    g = scaled ? xc_fast_grad8<OUT, true>(gc, z) : xc_fast_grad8<OUT, false>(gc, z);
-                }
-                if (i == tcl && (gc.kind == 0 || gc.kind == 3)) xc_patch16(g, to, tbits);
-                if (pre && nvec && i != ipart) xq_cp16(xq_slice + i, nsrc, pol, v.x ^ g.x);
-                nsrc += (int64_t)NT * 8;
-                if (vout && i != ipart) {
-                    xc_st16(grow + (int64_t)i * 8, g, pol);
-                } else {
-                    const uint32_t ws[4] = {g.x, g.y, g.z, g.w};
-                    const int nv = i == ipart ? (int)(k.V & 7) : 8;
-                    for (int e = 0; e < nv; e++)
-                        grow[(int64_t)i * 8 + e] = (uint16_t)(ws[e >> 1] >> (16 * (e & 1)));
-                }
-            }
-            if (pre) {
+            xq_pass2_args a2 = {grow, nsrc0, pol, nl, ipart, (int)(k.V & 7),
+                                ((uintptr_t)grow & 15) == 0, more && nvec};
+            if (gc.kind != 0) xq_pass2<In, OUT, XQ_GM_CONST>(gc, a2);
+            else if (gc.gm == XC_GM_SHIFT) xq_pass2<In, OUT, XC_GM_SHIFT>(gc, a2);
+            else if (gc.gm == XC_GM_WIDE) xq_pass2<In, OUT, XC_GM_WIDE>(gc, a2);
+            else xq_pass2<In, OUT, XC_GM_SCALED>(gc, a2);
+            /* the target's gradient, by its owner, over what the loop wrote */
+            if (tcl >= 0 && tcl % NT == tid && (gc.kind == 0 || gc.kind == 3))
+                grow[(int64_t)tcl * 8 + to] =
+                    (uint16_t)xc_target_bits(k, gc.g, rzt, gc.lse, gc.nll);
+            if (more) {
                 xq_fetch_row(xq_slice, nrow, c0, nl, ipart, k.V, pol, true);
                 xq_commit();
             }

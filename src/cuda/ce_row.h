@@ -182,8 +182,13 @@ __device__ __forceinline__ void xc_store_one(void *row, int64_t j, int dt, uint3
 /* Pass 2: the gradient                                                */
 /* ------------------------------------------------------------------ */
 
+#define XC_GM_SHIFT 0
+#define XC_GM_WIDE 1
+#define XC_GM_SCALED 2
+
 struct xc_gconst {
     int kind;       /* 0 compute, 1 zeros, 2 NaN, 3 zeros but the target    */
+    int gm;         /* fast path's form (XC_GM_*)                            */
     float R, c2, b, A, B;  /* fast path: g_j = A 2^((z_j - R) c2 - b) + B   */
     double g, lse, A1, E;       /* precise: g * c_j * (A1 p_j - E)          */
     double nll;
@@ -209,6 +214,7 @@ static __device__ void xc_grad_consts(const xc_params &k, const xc_row &w, doubl
                                double nll, int nonfinite, float zt_raw,
                                bool fast, xc_gconst &gc, bool with_target = true) {
     gc.tl = w.tl;
+    gc.gm = XC_GM_WIDE;
     gc.R = gc.c2 = gc.b = gc.A = gc.B = 0.f;
     gc.g = w.counted ? xc_row_scale(k, w.r) : 0.0;
     /* ignored rows and a zero upstream gradient: zeros (as the CPU) */
@@ -230,11 +236,26 @@ static __device__ void xc_grad_consts(const xc_params &k, const xc_row &w, doubl
         gc.c2 = (float)(XC_LOG2E / k.temperature);
         if (k.eps == 0) { /* fold |A| into the exponent: no underflow before
                              the final rounding */
+            const double L = A == 0 ? 0.0 : log2(fabs(A));
             gc.A = A < 0 ? -1.f : 1.f;
             gc.B = 0.f;
-            gc.b = (float)(b0 - log2(fabs(A)));
+            gc.b = (float)(b0 - L);
             if (A == 0) gc.kind = 3; /* the target still has its value */
+            if (A != 0 && L <= 110) {
+                /* XC_GM_SHIFT: the exponent raised by s, so that every
+                 * value down to bf16's least subnormal (2^-133) is a
+                 * normal fp32 2^(y + s) for the flushing exp2, then scaled
+                 * back exactly by 2^-s; the largest, 2^(L + s) with a
+                 * margin, stays below 2^126 */
+                const int s = L <= 54 ? 64 : (int)floor(118 - L);
+                gc.gm = XC_GM_SHIFT;
+                gc.b = (float)(b0 - L - s);
+                gc.A = ldexpf(A < 0 ? -1.f : 1.f, -s);
+            } else if (A < 0) {
+                gc.gm = XC_GM_SCALED;
+            }
         } else {
+            gc.gm = XC_GM_SCALED;
             gc.b = (float)b0;
             gc.A = (float)A;
             gc.B = (float)(-gc.g * k.inv_tau * gc.E);
@@ -257,16 +278,22 @@ __device__ __forceinline__ uint32_t xc_const_bits(int kind, int dt) {
     return dt == XENT_F32 ? 0x7FC00000u : (dt == XENT_BF16 ? 0x7FC0u : 0x7E00u);
 }
 
-/* Fast gradient of 8 columns (bf16/f16 output) as 4 packed words.
- * SCALED = false: A = 1 and B = 0 (the usual case), no multiply-add. */
-template <int OUT, bool SCALED>
+/* Fast gradient of 8 columns (bf16/f16 output) as 4 packed words, in the
+ * row's form GM (gc.gm, one of XC_GM_*):
+ *   XC_GM_SHIFT   g = 2^y A with the flushing exp2 (y raised by s, A = +-2^-s:
+ *                 exact), the usual case: 4 instructions per column;
+ *   XC_GM_WIDE    g = 2^y with the exp2 that keeps subnormals (A = 1);
+ *   XC_GM_SCALED  g = fma(2^y, A, B) (label smoothing; a negative scale; a
+ *                 scale above 2^110). */
+template <int OUT, int GM>
 __device__ __forceinline__ uint4 xc_fast_grad8(const xc_gconst &gc, const float z[8]) {
     float g[8];
 #pragma unroll
     for (int i = 0; i < 8; i++) {
         float y = fmaf(z[i] - gc.R, gc.c2, -gc.b);
-        float p = xc_ex2(y);
-        g[i] = SCALED ? fmaf(p, gc.A, gc.B) : p; /* folded: A = +-1, B = 0 (exact) */
+        if (GM == XC_GM_SHIFT) g[i] = xc_ex2_ftz(y) * gc.A;
+        else if (GM == XC_GM_WIDE) g[i] = xc_ex2(y);
+        else g[i] = fmaf(xc_ex2(y), gc.A, gc.B);
     }
     uint4 w;
     w.x = xc_pack2<OUT>(g[0], g[1]);
