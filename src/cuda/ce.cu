@@ -17,8 +17,8 @@
  * combines shards (max, then each part scaled by exp(m'_t - M') in double).
  * The row's statistics are finished in double by one thread (xc_finish: the
  * CPU's combine formulas), and pass 2 (a second read, in reverse order, from
- * shared memory for the first chunks kept there, else mostly from L2)
- * writes the gradient.
+ * shared memory for the first chunks when XENT_CUDA_SMEM keeps them there,
+ * else from L2 or memory) writes the gradient.
  *
  * Two arithmetic paths (docs/cuda.md has the error analysis):
  *  - fast: no softcap, gradient bf16/f16 or none; bf16/f16 logits, or fp32
@@ -26,9 +26,10 @@
  *    are 2^((z - m) log2e / tau) with the MUFU exp2 and the product's
  *    rounding error (and, for fp32 logits, the TwoSum error of z - m)
  *    carried to first order, summed in 4 fp32 lanes per thread and
- *    flushed to double at each new maximum; the gradient is
- *    +-2^((z - R) log2e / tau - b) with the row's scale folded into b, then
- *    rounded once to bf16/f16; the target's gradient is formed in double.
+ *    flushed to double at the end of each round and at each new maximum;
+ *    the gradient is +-2^((z - R) log2e / tau - b) with the row's scale
+ *    folded into b (xc_fast_grad8), then rounded once to bf16/f16; the
+ *    target's gradient is formed in double.
  *  - precise: everything else (softcap, fp32 gradient, fp32 logits of the
  *    xent_cuda_* calls): per
  *    element in double with the CPU's exp and tanh forms, rounded once.
@@ -355,15 +356,6 @@ __device__ __forceinline__ uint32_t xc_precise_grad1(const xc_params &k,
     return xc_bits_of(gc.g * ch * (gc.A1 * p - gc.E), k.grad_dtype);
 }
 
-/* Fast gradient of 8 columns in the row's form gc.gm (a chunk or two per
- * thread and row: the slow paths only). */
-template <int OUT>
-__device__ __forceinline__ uint4 xc_fast_grad8_any(const xc_gconst &gc, const float z[8]) {
-    if (gc.gm == XC_GM_SHIFT) return xc_fast_grad8<OUT, XC_GM_SHIFT>(gc, z);
-    if (gc.gm == XC_GM_WIDE) return xc_fast_grad8<OUT, XC_GM_WIDE>(gc, z);
-    return xc_fast_grad8<OUT, XC_GM_SCALED>(gc, z);
-}
-
 #define XC_P2U 4 /* chunks loaded together in the vector pass 2 */
 
 /* Up to XC_P2U of this thread's chunks, slots slot, slot - 1, ... >= lo:
@@ -439,7 +431,8 @@ __device__ __forceinline__ void xc_pass2(const xc_params &k, const xc_gconst &gc
     const bool vout = ((uintptr_t)grow & 15) == 0 && !PRECISE;
     if (!PRECISE && OUT != 0 && gc.kind == 0 && vin && vout) {
         uint16_t *g16 = (uint16_t *)grow;
-        if (gc.gm == XC_GM_SHIFT) xc_pass2_vec<In, OUT, XC_GM_SHIFT>(k, gc, row, g16, stage, kcap);
+        if (gc.gm == XC_GM_FUSED) xc_pass2_vec<In, OUT, XC_GM_FUSED>(k, gc, row, g16, stage, kcap);
+        else if (gc.gm == XC_GM_SHIFT) xc_pass2_vec<In, OUT, XC_GM_SHIFT>(k, gc, row, g16, stage, kcap);
         else if (gc.gm == XC_GM_WIDE) xc_pass2_vec<In, OUT, XC_GM_WIDE>(k, gc, row, g16, stage, kcap);
         else xc_pass2_vec<In, OUT, XC_GM_SCALED>(k, gc, row, g16, stage, kcap);
         return;
@@ -558,7 +551,7 @@ __global__ void __launch_bounds__(1024) xc_row_kernel(const xc_params k) {
             else v[1] = f * St;
             v[2] = f * (a.DX + off * St);
         }
-        xc_block_sum4(v, sh.sum);
+        xc_block_row_sums<EXTRA>(v, sh.sum);
         /* non-finite logits: a NaN flag (precise path, a column of -inf
          * alone), a NaN sum (fast path), an infinite max, the target */
         const int nf = __syncthreads_or(a.nf != a.nf || v[1] != v[1] ||
@@ -686,8 +679,10 @@ static int xc_smem_pad(int block) {
         int v = atoi(s);
         return v > 0 && v <= 200 * 1024 ? v : 0;
     }
-    /* default: 512-thread blocks keep 110000 bytes of their row (two
-     * blocks per multiprocessor); smaller blocks rely on L2 */
+    /* default: 512-thread blocks (XENT_CUDA_BLOCK only) keep 110000 bytes
+     * of their row (two blocks per multiprocessor); the default blocks (128
+     * or 256 threads, four per multiprocessor) keep none: measured no
+     * slower than 512 threads with 110000 bytes, 8% faster at V = 151936 */
     return block >= 512 ? 110000 : 0;
 }
 

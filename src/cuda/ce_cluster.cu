@@ -230,11 +230,52 @@ __device__ __forceinline__ void xq_sum8_careful(xq_sums &a, const uint4 *chunk, 
     }
 }
 
+extern __shared__ uint4 xq_slice[]; /* [P] this block's chunks of the row */
+
+/* ------------------------------------------------------------------ */
+/* Pass 1                                                              */
+/* ------------------------------------------------------------------ */
+
+struct xq_p1_args {
+    float M, c2, c2lo;     /* the row's max; log2(e) / tau, hi and lo       */
+    double inv_tau;
+    int nl, ipart, nvpart; /* chunks, the partial one (or -1), its columns */
+    int tcl, to;           /* the target's chunk (or -1) and column in it  */
+    bool careful;          /* this warp holds a chunk that needs care      */
+    const uint16_t *nsrc;  /* the next row's chunk tid                     */
+    uint64_t pol;
+};
+
+/* This thread's chunks of the slice: the sums against M (LIVE: M is a
+ * column's value; else only ZS, for EXTRA); with REFILL each slot gets the
+ * next row's chunk once read. LIVE and REFILL are row-uniform, so the loop
+ * tests only whether a chunk needs care (warp-uniform, a few a row). */
+template <class In, bool EXTRA, bool LIVE, bool REFILL>
+__device__ __forceinline__ void xq_pass1(xq_sums &a, const xq_p1_args &p) {
+    const int NT = blockDim.x;
+    const uint16_t *nsrc = p.nsrc;
+#pragma unroll 2
+    for (int i = threadIdx.x; i < p.nl; i += NT, nsrc += (int64_t)NT * 8) {
+        const uint4 v = xq_slice[i];
+        if (LIVE) {
+            if (p.careful && (i == p.tcl || i == p.ipart || In::max8(&v) == p.M))
+                xq_sum8_careful<In, EXTRA>(a, xq_slice + i, p.M, p.inv_tau,
+                                           i == p.ipart ? p.nvpart : 8, i == p.tcl ? p.to : -1,
+                                           p.c2, p.c2lo);
+            else
+                xq_sum8<In, EXTRA>(a, v, p.M, p.c2, p.c2lo);
+        } else if (EXTRA) { /* no non-target column: ZS only */
+            const typename In::raw *q = (const typename In::raw *)(xq_slice + i);
+            const int nv = i == p.ipart ? p.nvpart : 8;
+            for (int e = 0; e < nv; e++) a.zs += (double)In::one(q + e);
+        }
+        if (REFILL && i != p.ipart) xq_cp16(xq_slice + i, nsrc, p.pol, v.x ^ v.w);
+    }
+}
+
 /* ------------------------------------------------------------------ */
 /* Pass 2                                                              */
 /* ------------------------------------------------------------------ */
-
-extern __shared__ uint4 xq_slice[]; /* [P] this block's chunks of the row */
 
 #define XQ_GM_CONST (-1) /* every column the same bits (gc.kind != 0) */
 
@@ -247,17 +288,31 @@ struct xq_pass2_args {
     bool refill;           /* copy the next row into each slot after use   */
 };
 
-/* This thread's chunks of the slice: the gradient in form GM (XC_GM_*, or
- * XQ_GM_CONST), each slot refilled with the next row's chunk once read
- * (the copy waits on a value read from the slot). The target's column is
- * written over afterwards by its owner. */
-template <class In, int OUT, int GM>
-__device__ __forceinline__ void xq_pass2(const xc_gconst &gc, const xq_pass2_args &a) {
+/* The gradient of 8 columns of chunk v in the row's form (any). */
+template <class In, int OUT>
+__device__ __forceinline__ uint4 xq_grad_any(const xc_gconst &gc, const uint4 &v) {
+    if (gc.kind != 0) {
+        const uint32_t cb = xc_const_bits(gc.kind, OUT), cw = cb | cb << 16;
+        return make_uint4(cw, cw, cw, cw);
+    }
+    float z[8];
+    In::unpack(&v, z);
+    return xc_fast_grad8_any<OUT>(gc, z);
+}
+
+/* The main loop of pass 2: this thread's whole chunks of the slice (the
+ * partial last one left out), the gradient in form GM (XC_GM_*, or
+ * XQ_GM_CONST) stored 16 bytes at a time; with REFILL each slot gets the
+ * next row's chunk once read (the copy waits on a value read from it). No
+ * test inside the loop but its bound. */
+template <class In, int OUT, int GM, bool REFILL>
+__device__ __forceinline__ void xq_pass2_vec(const xc_gconst &gc, const xq_pass2_args &a) {
     const int NT = blockDim.x;
+    const int nw = a.ipart >= 0 ? a.nl - 1 : a.nl;
     const uint32_t cb = xc_const_bits(gc.kind, OUT), cw = cb | cb << 16;
     const uint16_t *nsrc = a.nsrc;
 #pragma unroll 2
-    for (int i = threadIdx.x; i < a.nl; i += NT, nsrc += (int64_t)NT * 8) {
+    for (int i = threadIdx.x; i < nw; i += NT, nsrc += (int64_t)NT * 8) {
         const uint4 v = xq_slice[i];
         uint4 g;
         if (GM == XQ_GM_CONST) {
@@ -267,14 +322,40 @@ __device__ __forceinline__ void xq_pass2(const xc_gconst &gc, const xq_pass2_arg
             In::unpack(&v, z);
             g = xc_fast_grad8<OUT, GM>(gc, z);
         }
-        if (i == a.ipart || !a.vout) {
-            const uint32_t ws[4] = {g.x, g.y, g.z, g.w};
-            const int nv = i == a.ipart ? a.nvpart : 8;
-            for (int e = 0; e < nv; e++)
-                a.grow[(int64_t)i * 8 + e] = (uint16_t)(ws[e >> 1] >> (16 * (e & 1)));
-        } else {
-            xc_st16(a.grow + (int64_t)i * 8, g, a.pol);
-        }
+        xc_st16(a.grow + (int64_t)i * 8, g, a.pol);
+        if (REFILL) xq_cp16(xq_slice + i, nsrc, a.pol, v.x ^ g.x);
+    }
+}
+
+template <class In, int OUT, bool REFILL>
+__device__ __forceinline__ void xq_pass2_form(const xc_gconst &gc, const xq_pass2_args &a) {
+    if (gc.kind != 0) xq_pass2_vec<In, OUT, XQ_GM_CONST, REFILL>(gc, a);
+    else if (gc.gm == XC_GM_FUSED) xq_pass2_vec<In, OUT, XC_GM_FUSED, REFILL>(gc, a);
+    else if (gc.gm == XC_GM_SHIFT) xq_pass2_vec<In, OUT, XC_GM_SHIFT, REFILL>(gc, a);
+    else if (gc.gm == XC_GM_WIDE) xq_pass2_vec<In, OUT, XC_GM_WIDE, REFILL>(gc, a);
+    else xq_pass2_vec<In, OUT, XC_GM_SCALED, REFILL>(gc, a);
+}
+
+/* This thread's chunks of the slice: the main loop when the gradient row
+ * is 16-byte aligned, then the partial chunk by its owner; an unaligned
+ * gradient row chunk by chunk, column by column. The target's column is
+ * written over afterwards by its owner (the caller). */
+template <class In, int OUT>
+__device__ __forceinline__ void xq_pass2(const xc_gconst &gc, const xq_pass2_args &a) {
+    const int NT = blockDim.x, tid = threadIdx.x;
+    if (a.vout) {
+        if (a.refill) xq_pass2_form<In, OUT, true>(gc, a);
+        else xq_pass2_form<In, OUT, false>(gc, a);
+    }
+    const uint16_t *nsrc = a.nsrc;
+    for (int i = tid; i < a.nl; i += NT, nsrc += (int64_t)NT * 8) {
+        if (a.vout && i != a.ipart) continue;
+        const uint4 v = xq_slice[i];
+        const uint4 g = xq_grad_any<In, OUT>(gc, v);
+        const uint32_t ws[4] = {g.x, g.y, g.z, g.w};
+        const int nv = i == a.ipart ? a.nvpart : 8;
+        for (int e = 0; e < nv; e++)
+            a.grow[(int64_t)i * 8 + e] = (uint16_t)(ws[e >> 1] >> (16 * (e & 1)));
         if (a.refill && i != a.ipart) xq_cp16(xq_slice + i, nsrc, a.pol, v.x ^ g.x);
     }
 }
@@ -410,24 +491,14 @@ __global__ void __launch_bounds__(XQ_MAX_NT, 3) xq_row_kernel(const xc_params k,
             const bool careful = __any_sync(0xFFFFFFFFu, special); /* warp-uniform */
             const bool live = M != -INFINITY;
             const bool pre = !GRAD && more;
-            const uint16_t *nsrc = nsrc0;
-#pragma unroll 2
-            for (int i = tid; i < nl; i += NT) {
-                const uint4 v = xq_slice[i];
-                if (live) {
-                    if (careful && (i == tcl || i == ipart || In::max8(&v) == M))
-                        xq_sum8_careful<In, EXTRA>(a, xq_slice + i, M, k.inv_tau,
-                                                   i == ipart ? (int)(k.V & 7) : 8,
-                                                   i == tcl ? to : -1, c2, c2lo);
-                    else
-                        xq_sum8<In, EXTRA>(a, v, M, c2, c2lo);
-                } else if (EXTRA) { /* no non-target column: ZS only */
-                    const typename In::raw *p = (const typename In::raw *)(xq_slice + i);
-                    const int nv = i == ipart ? (int)(k.V & 7) : 8;
-                    for (int e = 0; e < nv; e++) a.zs += (double)In::one(p + e);
-                }
-                if (pre && nvec && i != ipart) xq_cp16(xq_slice + i, nsrc, pol, v.x ^ v.w);
-                nsrc += (int64_t)NT * 8;
+            const xq_p1_args p1 = {M, c2, c2lo, k.inv_tau, nl, ipart, (int)(k.V & 7), tcl, to,
+                                   careful, nsrc0, pol};
+            if (live) {
+                if (pre && nvec) xq_pass1<In, EXTRA, true, true>(a, p1);
+                else xq_pass1<In, EXTRA, true, false>(a, p1);
+            } else {
+                if (pre && nvec) xq_pass1<In, EXTRA, false, true>(a, p1);
+                else if (EXTRA) xq_pass1<In, EXTRA, false, false>(a, p1);
             }
             if (pre) {
                 xq_fetch_row(xq_slice, nrow, c0, nl, ipart, k.V, pol, true);
@@ -446,7 +517,7 @@ __global__ void __launch_bounds__(XQ_MAX_NT, 3) xq_row_kernel(const xc_params k,
             D += a.dd;
             DX += a.ddx;
             double v[4] = {(double)a.ntop, D, DX * k.inv_tau, a.zs * k.inv_tau};
-            xc_block_sum4(v, sh.sum);
+            xc_block_row_sums<EXTRA>(v, sh.sum);
             if (tid == 0) {
                 if (C == 1) {
                     for (int e = 0; e < 4; e++) t[e] = v[e];
@@ -489,10 +560,7 @@ __global__ void __launch_bounds__(XQ_MAX_NT, 3) xq_row_kernel(const xc_params k,
             uint16_t *grow = (uint16_t *)k.grad + r * k.ld_grad + c0 * 8;
             xq_pass2_args a2 = {grow, nsrc0, pol, nl, ipart, (int)(k.V & 7),
                                 ((uintptr_t)grow & 15) == 0, more && nvec};
-            if (gc.kind != 0) xq_pass2<In, OUT, XQ_GM_CONST>(gc, a2);
-            else if (gc.gm == XC_GM_SHIFT) xq_pass2<In, OUT, XC_GM_SHIFT>(gc, a2);
-            else if (gc.gm == XC_GM_WIDE) xq_pass2<In, OUT, XC_GM_WIDE>(gc, a2);
-            else xq_pass2<In, OUT, XC_GM_SCALED>(gc, a2);
+            xq_pass2<In, OUT>(gc, a2);
             /* the target's gradient, by its owner, over what the loop wrote */
             if (tcl >= 0 && tcl % NT == tid && (gc.kind == 0 || gc.kind == 3))
                 grow[(int64_t)tcl * 8 + to] =

@@ -222,25 +222,40 @@ __device__ __forceinline__ float xc_block_max(float v, float *sh /* [32] */) {
     return r;
 }
 
-/* Sums four doubles over the block; the association is a fixed butterfly
- * in each warp, then the warps' sums in a fixed butterfly. */
-__device__ __forceinline__ void xc_block_sum4(double v[4], double *sh /* [4*32] */) {
+/* Sums the first N (<= 4) of four doubles over the block; the association
+ * is a fixed butterfly in each warp, then the warps' sums in a fixed
+ * butterfly. */
+template <int N>
+__device__ __forceinline__ void xc_block_sum(double v[4], double *sh /* [4*32] */) {
 #pragma unroll
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < N; i++)
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) v[i] += __shfl_xor_sync(0xFFFFFFFFu, v[i], o);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int nw = (blockDim.x + 31) >> 5;
     __syncthreads();
     if (lane == 0)
-        for (int i = 0; i < 4; i++) sh[i * XC_MAX_WARPS + warp] = v[i];
+        for (int i = 0; i < N; i++) sh[i * XC_MAX_WARPS + warp] = v[i];
     __syncthreads();
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < N; i++) {
         double r = lane < nw ? sh[i * XC_MAX_WARPS + lane] : 0.0;
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) r += __shfl_xor_sync(0xFFFFFFFFu, r, o);
         v[i] = r;
+    }
+}
+__device__ __forceinline__ void xc_block_sum4(double v[4], double *sh) { xc_block_sum<4>(v, sh); }
+
+/* The row's four sums {top count, rest, SX, ZS} over the block; without
+ * EXTRA (no entropy, no smoothing) SX and ZS are not needed: zero. */
+template <bool EXTRA>
+__device__ __forceinline__ void xc_block_row_sums(double v[4], double *sh) {
+    if (EXTRA) {
+        xc_block_sum<4>(v, sh);
+    } else {
+        xc_block_sum<2>(v, sh);
+        v[2] = v[3] = 0;
     }
 }
 
