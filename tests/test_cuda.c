@@ -394,6 +394,48 @@ TEST(cuda_ce_large_vocab_vs_cpu) {
     check_case("f32 in place V=50000", &c);
 }
 
+/* The fast gradient's forms (src/cuda/ce_row.h, XC_GM_*), each against the
+ * CPU, in both kernels (V = 4099: on chip; V = 40000: streaming), without
+ * and with entropy: the usual one-fma form; logits near 400 (|R c2 + b| >
+ * 256: the exact z - R with the shifted exp2); a negative scale; label
+ * smoothing (A and B); scales beyond 2^110, positive and negative (the
+ * exp2 that keeps subnormals); a tiny scale (f16 gradients underflow). */
+TEST(cuda_grad_forms_vs_cpu) {
+    if (!gpu_ready()) return;
+    const int64_t Vs[] = {4099, 40000};
+    char what[160];
+    for (int form = 0; form < 7; form++)
+        for (int v = 0; v < 2; v++)
+            for (int ent = 0; ent < 2; ent++) {
+                const xent_dtype dt = form == 6 ? XENT_F16 : XENT_BF16;
+                ccase c = base_case(dt, dt, xt_sanitizer() ? 5 : 11, Vs[v]);
+                c.entropy = ent;
+                const char *name = "";
+                double shift = 0;
+                switch (form) {
+                case 0: name = "usual"; break;
+                case 1: name = "logits + 400"; shift = 400; break;
+                case 2: name = "grad_scale -2.5"; c.o.grad_scale = -2.5; break;
+                case 3: name = "smoothing 0.1"; c.o.label_smoothing = 0.1; break;
+                case 4: name = "grad_scale 1e35"; c.o.grad_scale = 1e35; break;
+                case 5: name = "grad_scale -1e35"; c.o.grad_scale = -1e35; break;
+                case 6: name = "f16, grad_scale 1e-6"; c.o.grad_scale = 1e-6; break;
+                }
+                cinputs in;
+                fill_inputs(&c, &in);
+                if (shift != 0) {
+                    uint16_t *L = in.logits;
+                    for (int64_t i = 0; i < c.T * c.ld; i++)
+                        L[i] = to_dt16(xent_bf16_to_f32(L[i]) + (float)shift, XENT_BF16);
+                }
+                snprintf(what, sizeof what, "%s V=%lld entropy %d", name, (long long)Vs[v], ent);
+                check_case_in(what, &c, &in);
+                free_inputs(&in);
+                CHECK_LIMIT(10);
+            }
+    printf("    worst forward %.0f ulp, worst gradient %.0f ulp\n", g_worst_fwd, g_worst_grad);
+}
+
 /* Rows whose special columns sit where the on-chip kernel (ce_cluster.cu)
  * splits them: row t of V columns gets one of these patterns on top of the
  * random logits: 0 as drawn; 1 every column equal (the max tied everywhere,
