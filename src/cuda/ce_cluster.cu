@@ -340,33 +340,23 @@ __device__ __forceinline__ void xq_pass2_form(const xc_gconst &gc, const xq_pass
  * is 16-byte aligned, then the partial chunk by its owner; an unaligned
  * gradient row chunk by chunk, column by column. The target's column is
  * written over afterwards by its owner (the caller). */
-/* Chunk i by columns (the partial chunk, or any chunk of an unaligned
- * gradient row); returns a word of the chunk read, for a refill to wait on. */
-template <class In, int OUT>
-__device__ __forceinline__ uint32_t xq_pass2_one(const xc_gconst &gc, const xq_pass2_args &a,
-                                                 int i) {
-    const uint4 v = xq_slice[i];
-    const uint4 g = xq_grad_any<In, OUT>(gc, v);
-    const uint32_t ws[4] = {g.x, g.y, g.z, g.w};
-    const int nv = i == a.ipart ? a.nvpart : 8;
-    for (int e = 0; e < nv; e++)
-        a.grow[(int64_t)i * 8 + e] = (uint16_t)(ws[e >> 1] >> (16 * (e & 1)));
-    return v.x ^ g.x;
-}
-
 template <class In, int OUT>
 __device__ __forceinline__ void xq_pass2(const xc_gconst &gc, const xq_pass2_args &a) {
     const int NT = blockDim.x, tid = threadIdx.x;
     if (a.vout) {
         if (a.refill) xq_pass2_form<In, OUT, true>(gc, a);
         else xq_pass2_form<In, OUT, false>(gc, a);
-        if (a.ipart >= 0 && a.ipart % NT == tid) xq_pass2_one<In, OUT>(gc, a, a.ipart);
-        return;
     }
     const uint16_t *nsrc = a.nsrc;
     for (int i = tid; i < a.nl; i += NT, nsrc += (int64_t)NT * 8) {
-        const uint32_t dep = xq_pass2_one<In, OUT>(gc, a, i);
-        if (a.refill && i != a.ipart) xq_cp16(xq_slice + i, nsrc, a.pol, dep);
+        if (a.vout && i != a.ipart) continue;
+        const uint4 v = xq_slice[i];
+        const uint4 g = xq_grad_any<In, OUT>(gc, v);
+        const uint32_t ws[4] = {g.x, g.y, g.z, g.w};
+        const int nv = i == a.ipart ? a.nvpart : 8;
+        for (int e = 0; e < nv; e++)
+            a.grow[(int64_t)i * 8 + e] = (uint16_t)(ws[e >> 1] >> (16 * (e & 1)));
+        if (a.refill && i != a.ipart) xq_cp16(xq_slice + i, nsrc, a.pol, v.x ^ g.x);
     }
 }
 
