@@ -22,7 +22,8 @@ reported by construction).
 Usage: python3 bench/cuda_ce_bench.py [--shapes 16384x128256,8192x151936,32768x32000]
        [--reps 20] [--warmup 3] [--lib build/libxent.so] [--json FILE] [--no-compile]
        [--no-peers] [--variants XENT_CUDA_CLUSTER=0,XENT_CUDA_CLUSTER=4:128,...]
-(a variant times xent again with those environment settings, e.g. the
+(a variant times xent again with those environment settings: forward +
+backward into the gradient buffer and in place, and forward-only; e.g. the
 streaming kernel forced, or the on-chip kernel with clusters of 4 blocks)
 """
 import argparse
@@ -219,6 +220,10 @@ def main():
             os.environ.update(env)
             ms, _ = time_it(lambda: xent_call(grad.data_ptr(), logits), args.reps, args.warmup)
             add("fwd+bwd", f"xent variant {var}", ms, None, floor_ms)
+            ms, _ = time_it(lambda: xent_call(logits.data_ptr(), logits), args.reps, args.warmup,
+                            before=restore)
+            add("fwd+bwd", f"xent variant {var} (in place)", ms, None, floor_ms)
+            restore()
             lp_v = torch.empty(T, device="cuda", dtype=torch.float32)
 
             def lp_call():
