@@ -643,12 +643,15 @@ static void shard_case(int S, int64_t T, int64_t V, xent_dtype dt, const xent_ce
     o.reduction = XENT_REDUCE_NONE;
     xent_status s;
     batch_out ref = run_batch(&b, &o, XENT_F32, 1, &s);
-    /* uneven boundaries */
+    /* uneven boundaries, each shard at least one column: starts[k] <=
+     * V - (S - k) leaves a column for each shard after it */
     int64_t starts[9];
     starts[0] = 0;
-    for (int k = 1; k < S; k++) starts[k] = starts[k - 1] + 1 + xt_randint(xt_rng(), 2 * V / S);
+    for (int k = 1; k < S; k++) {
+        starts[k] = starts[k - 1] + 1 + xt_randint(xt_rng(), 2 * V / S);
+        if (starts[k] > V - (S - k)) starts[k] = V - (S - k);
+    }
     starts[S] = V;
-    for (int k = 1; k < S; k++) if (starts[k] >= V) starts[k] = V - (S - k);
     xent_ce_partial *parts = malloc((size_t)(S * T) * sizeof(xent_ce_partial));
     size_t esz = xent_dtype_size(dt);
     for (int k = 0; k < S; k++) {
