@@ -813,6 +813,29 @@ TEST(cuda_bad_grad_rows_and_owners) {
     for (int64_t i = 0; i < T * V; i++) touched |= g[i] != 0xFFFF;
     for (int t = 0; t < T; t++) touched |= !isnan(loss[t]);
     CHECK(!touched, "outputs were written with a NaN in grad_rows");
+    /* a bad label before the bad grad_rows value: the CPU checks grad_rows
+     * first, and the GPU reports what the CPU reports */
+    {
+        int64_t lab2[24];
+        memcpy(lab2, lab, sizeof lab);
+        lab2[3] = V + 5;
+        void *dlab2 = dev_copy(lab2, sizeof lab2);
+        xent_ce_input gi2 = gi;
+        gi2.labels = dlab2;
+        s = xent_cuda_ce(&gi2, &o, &go, NULL);
+        char gmsg[256];
+        snprintf(gmsg, sizeof gmsg, "%s", xent_last_error());
+        xent_ce_input ci2 = {h, XENT_BF16, T, V, 0, lab2, XENT_I64, gr};
+        float closs[24];
+        xent_ce_output cout;
+        memset(&cout, 0, sizeof cout);
+        cout.loss = closs;
+        xent_status cs = xent_ce(&ci2, &o, &cout);
+        CHECK(s == cs && s == XENT_ERR_VALUE && strstr(gmsg, "grad_rows[9]") != NULL,
+              "bad label at row 3 and grad_rows[9] NaN: status %d (CPU %d), message: %s", s, cs,
+              gmsg);
+        cudaFree(dlab2);
+    }
     int old = xent_cuda_set_label_check(0);
     s = xent_cuda_ce(&gi, &o, &go, NULL);
     xent_cuda_set_label_check(old);
@@ -851,6 +874,17 @@ TEST(cuda_bad_grad_rows_and_owners) {
     touched = 0;
     for (int t = 0; t < T; t++) touched |= !isnan(nll[t]);
     CHECK(!touched, "combine wrote outputs with a target claimed twice");
+    /* no labels: every row is ignored, so no shard may claim a target */
+    ci.labels = NULL;
+    s = xent_cuda_ce_combine(dparts, 2, &ci, &oc, &co, NULL);
+    CHECK(s == XENT_ERR_VALUE &&
+              strstr(xent_last_error(), "row 0 (label -100): 2 shards claim the target; expected 0"),
+          "combine without labels: status %d, message: %s", s, xent_last_error());
+    host_copy(nll, dnll, sizeof nll);
+    touched = 0;
+    for (int t = 0; t < T; t++) touched |= !isnan(nll[t]);
+    CHECK(!touched, "combine without labels wrote outputs");
+    ci.labels = dlab;
     old = xent_cuda_set_label_check(0);
     s = xent_cuda_ce_combine(dparts, 2, &ci, &oc, &co, NULL);
     xent_cuda_set_label_check(old);

@@ -587,11 +587,18 @@ __global__ void __launch_bounds__(1024) xc_row_kernel(const xc_params k) {
 /* Labels, combine and reductions                                      */
 /* ------------------------------------------------------------------ */
 
-/* Counts the rows with a target and finds the first bad row: key (T - r)
- * << 2 | kind, kind 3 a label outside [0, vocab_total), 2 a non-finite
- * grad_rows value, 1 (combine) a row whose target is not claimed by
- * exactly one shard (none for an ignored row); the max key is the first
- * bad row. */
+/* Counts the rows with a target and finds the error the CPU would report:
+ * key prio << 60 | (T - r) << 2 | kind, kind 2 a non-finite grad_rows value
+ * (prio 3: the CPU checks every grad_rows value first), 3 a label outside
+ * [0, vocab_total) (prio 2), 1 (combine) a row whose target is not claimed
+ * by exactly one shard, none for an ignored row (prio 1: checked last);
+ * the max key is the first bad row of the first kind checked (T < 2^58:
+ * a row holds at least 2 bytes). */
+__device__ __forceinline__ unsigned long long xc_bad_key(const xc_params &k, int64_t r,
+                                                         unsigned kind) {
+    const unsigned long long prio = kind == 2 ? 3 : (kind == 3 ? 2 : 1);
+    return prio << 60 | (unsigned long long)(k.T - r) << 2 | kind;
+}
 __global__ void xc_label_kernel(const xc_params k, xc_label_rec *rec) {
     __shared__ unsigned long long sc[XC_MAX_WARPS], sb[XC_MAX_WARPS];
     unsigned long long cnt = 0, bad = 0;
@@ -599,15 +606,13 @@ __global__ void xc_label_kernel(const xc_params k, xc_label_rec *rec) {
          r += (int64_t)gridDim.x * blockDim.x) {
         xc_row w = xc_row_info(k, r);
         cnt += (unsigned long long)w.counted;
-        unsigned kind = 0;
         if (k.parts && !w.bad) {
             int owners = 0;
             for (int s = 0; s < k.nshards; s++) owners += k.parts[(int64_t)s * k.T + r].flags & 1;
-            if (owners != (w.counted ? 1 : 0)) kind = 1;
+            if (owners != (w.counted ? 1 : 0)) bad = max(bad, xc_bad_key(k, r, 1));
         }
-        if (k.grad_rows && !isfinite(k.grad_rows[r])) kind = 2;
-        if (w.bad) kind = 3;
-        if (kind) bad = max(bad, (unsigned long long)(k.T - r) << 2 | kind);
+        if (k.grad_rows && !isfinite(k.grad_rows[r])) bad = max(bad, xc_bad_key(k, r, 2));
+        if (w.bad) bad = max(bad, xc_bad_key(k, r, 3));
     }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {

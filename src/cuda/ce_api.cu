@@ -162,15 +162,15 @@ static xent_status xc_labels(const char *fn, const xc_params *p, xc_scratch *sc)
 xent_status xc_label_pass(const char *fn, const xc_params *p, xc_label_rec *rec_d,
                           cudaStream_t s) {
     xent_status st = xc_cuda((cudaError_t)xc_launch_labels(p, rec_d, s), "label pass");
-    if (st != XENT_OK || p->unchecked || (!p->labels && !p->grad_rows)) return st;
+    if (st != XENT_OK || p->unchecked || (!p->labels && !p->grad_rows && !p->parts)) return st;
     xc_label_rec rec;
     st = xc_cuda(cudaMemcpyAsync(&rec, rec_d, sizeof rec, cudaMemcpyDeviceToHost, s),
                  "label record copy");
     if (st == XENT_OK) st = xc_cuda(cudaStreamSynchronize(s), "label pass (synchronize)");
     if (st != XENT_OK || rec.neg_first_bad == 0) return st;
-    const int64_t row = p->T - (int64_t)(rec.neg_first_bad >> 2);
+    const int64_t row = p->T - (int64_t)((rec.neg_first_bad >> 2) & ((1ull << 58) - 1));
     const int kind = (int)(rec.neg_first_bad & 3);
-    long long v = 0; /* the row's label */
+    long long v = (long long)p->ignore_index; /* the row's label (none: ignored) */
     if (p->labels && p->labels64) {
         int64_t x = 0;
         st = xc_cuda(cudaMemcpy(&x, (const int64_t *)p->labels + row, 8, cudaMemcpyDeviceToHost),
@@ -200,7 +200,7 @@ xent_status xc_label_pass(const char *fn, const xc_params *p, xc_label_rec *rec_
             owners += (int)(q.flags & 1);
         }
         if (st != XENT_OK) return st;
-        const int want = p->labels && v != (long long)p->ignore_index;
+        const int want = v != (long long)p->ignore_index;
         return xent__fail(XENT_ERR_VALUE,
                           "%s: row %lld (label %lld): %d shards claim the target; expected %d "
                           "(check each shard's vocab_start)", fn, (long long)row, v, owners, want);

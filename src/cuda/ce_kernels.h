@@ -16,7 +16,7 @@ typedef struct xc_row_acc {
     int nonfinite; /* the row saw a NaN/inf logit (or a bad label)         */
 } xc_row_acc;
 
-/* Written by the label pass: the first bad row as (T - row) << 2 | kind
+/* Written by the label pass: the error to report as prio << 60 | (T - row) << 2 | kind
  * (0: none; kinds in ce.cu's xc_label_kernel) and the number of rows with
  * a target. */
 typedef struct xc_label_rec {
