@@ -168,6 +168,22 @@ __device__ __forceinline__ void xc_add_term(xc_acc &a, int i, float e, float ylo
     }
 }
 
+/* The 8 terms of a chunk with no column masked (the fast path's common
+ * case), against the running max a.m (finite). TIES: a column may equal
+ * a.m; it is counted apart (ntop), as the careful path of xc_fast_sum
+ * does, without a branch; else no column equals a.m. */
+template <bool EXTRA, bool WIDE, bool TIES>
+__device__ __forceinline__ void xc_fast_sum8(xc_acc &a, const float z[8], float c2,
+                                             float c2lo) {
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        float x = z[i] - a.m, ylo;
+        float e = WIDE ? xc_term_wide(z[i], a.m, x, c2, c2lo, ylo) : xc_term(x, c2, c2lo, ylo);
+        if (TIES && z[i] == a.m) a.ntop += 1.f;
+        else xc_add_term<EXTRA>(a, i, e, ylo, x);
+    }
+}
+
 /* Sums of one chunk on the fast path, against the running max a.m >= cm.
  * careful: lanes masked (past the end or the target) or at the max.
  * WIDE: fp32 logits (see xc_term_wide). Non-finite logits are not tested
@@ -203,12 +219,7 @@ __device__ __forceinline__ void xc_fast_sum(xc_acc &a, const float z[8], int nv,
             xc_add_term<EXTRA>(a, i, e, ylo, x);
         }
     } else {
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            float x = z[i] - a.m, ylo;
-            float e = WIDE ? xc_term_wide(z[i], a.m, x, c2, c2lo, ylo) : xc_term(x, c2, c2lo, ylo);
-            xc_add_term<EXTRA>(a, i, e, ylo, x);
-        }
+        xc_fast_sum8<EXTRA, WIDE, false>(a, z, c2, c2lo);
     }
 }
 
@@ -246,13 +257,14 @@ __device__ __forceinline__ void xc_sum(const xc_params &k, xc_acc &a, const floa
 
 /* Chunk c (8 columns) of a row into 16-byte words: one or two vector loads
  * when the row is 16-byte aligned, else element by element. */
-template <class In, bool VEC>
+template <class In, bool VEC, bool HINT>
 __device__ __forceinline__ void xc_load_chunk(const typename In::raw *row, int64_t c,
                                               uint64_t pol, uint4 b[In::VECS]) {
     const typename In::raw *p = row + c * 8;
     if (VEC) {
 #pragma unroll
-        for (int v = 0; v < In::VECS; v++) b[v] = xc_ld16(p + v * (8 / In::VECS), pol);
+        for (int v = 0; v < In::VECS; v++)
+            b[v] = HINT ? xc_ld16(p + v * (8 / In::VECS), pol) : xc_ld16_once(p + v * (8 / In::VECS));
     } else {
         uint32_t w[8];
 #pragma unroll
@@ -270,12 +282,29 @@ __device__ __forceinline__ void xc_load_chunk(const typename In::raw *row, int64
     }
 }
 
+/* The sums of a plain round: XC_UNROLL whole chunks, none holding the
+ * target, against a finite running max (TIES: some column may equal it). */
+template <class In, bool EXTRA, bool TIES>
+__device__ __forceinline__ void xc_plain_round(xc_acc &a, const uint4 (&b)[XC_UNROLL][In::VECS],
+                                               float c2, float c2lo) {
+#pragma unroll
+    for (int u = 0; u < XC_UNROLL; u++) {
+        float z[8];
+        In::unpack(b[u], z);
+        if (EXTRA)
+#pragma unroll
+            for (int i = 0; i < 8; i++) a.ZS += (double)z[i];
+        xc_fast_sum8<EXTRA, In::WIDE, TIES>(a, z, c2, c2lo);
+    }
+}
+
 /* Pass 1 over row `row` for this thread. The loop runs warp by warp: a
  * round loads XC_UNROLL chunks per lane, takes the warp's max over them
  * and rebases (warp-uniformly) before summing, so the rare rebase never
  * diverges within a warp. Chunk c still belongs to thread c % NT and is
- * summed in ascending order. */
-template <class In, bool PRECISE, bool EXTRA, bool VEC>
+ * summed in ascending order. Plain rounds (most of a row) skip the tests
+ * per chunk and give the same sums. HINT: keep the row in L2 for pass 2. */
+template <class In, bool PRECISE, bool EXTRA, bool VEC, bool HINT>
 __device__ __forceinline__ void xc_pass1(const xc_params &k, xc_acc &a,
                                          const typename In::raw *row, int64_t tl,
                                          uint4 *stage, int kcap) {
@@ -287,20 +316,47 @@ __device__ __forceinline__ void xc_pass1(const xc_params &k, xc_acc &a,
     const uint64_t pol = xc_policy_last();
     int k0 = 0; /* this round's first slot (chunk index c = tid + slot NT) */
     for (int c0 = tid - lane; c0 < nfull; c0 += XC_UNROLL * NT, k0 += XC_UNROLL) {
+        /* A plain round (warp-uniform): every lane's chunks are whole and
+         * none holds the target (chunk c0 + lane + u NT is tc for some lane
+         * and u < XC_UNROLL when tc - c0 = lane + u NT). */
+        const int dt = tc - c0;
+        const bool plain = !PRECISE && c0 + (XC_UNROLL - 1) * NT + 31 < nfull &&
+                           !(tc >= 0 && dt >= 0 && dt % NT < 32 && dt / NT < XC_UNROLL);
         uint4 b[XC_UNROLL][In::VECS];
 #pragma unroll
         for (int u = 0; u < XC_UNROLL; u++) {
             int c = c0 + lane + u * NT;
-            if (c < nfull) xc_load_chunk<In, VEC>(row, c, pol, b[u]);
+            if (plain || c < nfull) xc_load_chunk<In, VEC, HINT>(row, c, pol, b[u]);
         }
         /* keep the first kcap chunks of this thread on chip for pass 2 */
+        if (VEC && k0 < kcap) {
 #pragma unroll
-        for (int u = 0; u < XC_UNROLL; u++) {
-            int c = c0 + lane + u * NT;
-            if (VEC && c < nfull && k0 + u < kcap)
+            for (int u = 0; u < XC_UNROLL; u++) {
+                int c = c0 + lane + u * NT;
+                if (c < nfull && k0 + u < kcap)
 #pragma unroll
-                for (int v = 0; v < In::VECS; v++)
-                    stage[((k0 + u) * NT + tid) * In::VECS + v] = b[u][v];
+                    for (int v = 0; v < In::VECS; v++)
+                        stage[((k0 + u) * NT + tid) * In::VECS + v] = b[u][v];
+            }
+        }
+        if (plain) {
+            /* the max over the lane's 4 chunks, then the warp's; after the
+             * rebase, when no lane's max equals the running max, no column
+             * of the round is at the max. The terms are those of the loop
+             * below, in the same lanes and order (+-inf maxima: below) */
+            const float lm = xc_round_max<In, XC_UNROLL>(b);
+            float wm = lm;
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) wm = fmaxf(wm, __shfl_xor_sync(0xFFFFFFFFu, wm, o));
+            if (wm > a.m) xc_rebase<PRECISE, EXTRA>(k, a, wm);
+            if (isfinite(a.m)) {
+                if (__any_sync(0xFFFFFFFFu, lm == a.m))
+                    xc_plain_round<In, EXTRA, true>(a, b, c2, c2lo);
+                else
+                    xc_plain_round<In, EXTRA, false>(a, b, c2, c2lo);
+                xc_flush_lanes<EXTRA>(k, a);
+                continue;
+            }
         }
         float cmax[XC_UNROLL], wm = -INFINITY;
 #pragma unroll
@@ -520,15 +576,18 @@ __global__ void __launch_bounds__(1024) xc_row_kernel(const xc_params k) {
             __syncthreads();
             continue;
         }
+        /* pass 1's loads keep the row in L2 for pass 2 (evict_last) when
+         * there is one: a gradient (fast path: OUT != 0) */
+        const bool HINT = PRECISE || OUT != 0;
         xc_acc a;
         xc_acc_init(a);
         /* chunks per thread kept in shared memory (aligned rows only) */
         const int kcap = ((uintptr_t)row & 15) == 0
                              ? (int)(k.stage_bytes / (16 * In::VECS * (int64_t)blockDim.x)) : 0;
         if (((uintptr_t)row & 15) == 0)
-            xc_pass1<In, PRECISE, EXTRA || PRECISE, true>(k, a, row, w.tl, xc_stage, kcap);
+            xc_pass1<In, PRECISE, EXTRA || PRECISE, true, HINT>(k, a, row, w.tl, xc_stage, kcap);
         else
-            xc_pass1<In, PRECISE, EXTRA || PRECISE, false>(k, a, row, w.tl, xc_stage, 0);
+            xc_pass1<In, PRECISE, EXTRA || PRECISE, false, HINT>(k, a, row, w.tl, xc_stage, 0);
         if (a.own) sh.zt = a.zt; /* at most one owner; read after barriers */
         /* combine the threads: max, then sums rebased on the max; the
          * columns at the row's max are counted apart (S - 1 exact) */

@@ -49,6 +49,12 @@ struct xc_bf16 {
         __nv_bfloat162 m = __hmax2(__hmax2(a, b), __hmax2(c, d));
         return fmaxf(__low2float(m), __high2float(m));
     }
+    /* max of packed pairs with NaN ignored (as max8) */
+    static __device__ __forceinline__ uint32_t maxw(uint32_t a, uint32_t b) {
+        __nv_bfloat162 r = __hmax2(*reinterpret_cast<const __nv_bfloat162 *>(&a),
+                                   *reinterpret_cast<const __nv_bfloat162 *>(&b));
+        return *reinterpret_cast<uint32_t *>(&r);
+    }
     enum { VECS = 1 }; /* 16-byte vectors per chunk of 8 */
     static const bool WIDE = false; /* z - m is exact in fp32 */
     /* packed pairs (the on-chip kernel): max and min that keep NaN, the
@@ -89,6 +95,11 @@ struct xc_f16 {
         __half2 m = __hmax2(__hmax2(a, b), __hmax2(c, d));
         return fmaxf(__low2float(m), __high2float(m));
     }
+    static __device__ __forceinline__ uint32_t maxw(uint32_t a, uint32_t b) {
+        __half2 r = __hmax2(*reinterpret_cast<const __half2 *>(&a),
+                            *reinterpret_cast<const __half2 *>(&b));
+        return *reinterpret_cast<uint32_t *>(&r);
+    }
     enum { VECS = 1 };
     static const bool WIDE = false; /* z - m is exact in fp32 */
     static __device__ __forceinline__ uint32_t pmax(uint32_t a, uint32_t b) {
@@ -125,6 +136,25 @@ struct xc_f32 {
     static const bool WIDE = true; /* z - m may round: TwoSum */
 };
 
+/* Max of U chunks (NaN ignored, as max8 of each, then fmaxf): for 16-bit
+ * formats on the packed pairs, the two halves converted once. */
+template <class In, int U>
+__device__ __forceinline__ float xc_round_max(const uint4 (&b)[U][In::VECS]) {
+    if constexpr (In::VECS == 1) {
+        uint32_t m = In::maxw(In::maxw(b[0][0].x, b[0][0].y), In::maxw(b[0][0].z, b[0][0].w));
+#pragma unroll
+        for (int u = 1; u < U; u++)
+            m = In::maxw(m, In::maxw(In::maxw(b[u][0].x, b[u][0].y),
+                                     In::maxw(b[u][0].z, b[u][0].w)));
+        return fmaxf(In::lo(m), In::hi(m));
+    } else {
+        float m = In::max8(b[0]);
+#pragma unroll
+        for (int u = 1; u < U; u++) m = fmaxf(m, In::max8(b[u]));
+        return m;
+    }
+}
+
 /* ------------------------------------------------------------------ */
 /* 16-byte loads and stores with an L2 eviction policy                  */
 /* ------------------------------------------------------------------ */
@@ -144,6 +174,15 @@ __device__ __forceinline__ uint4 xc_ld16(const void *ptr, uint64_t pol) {
     asm volatile("ld.global.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                  : "l"(ptr), "l"(pol));
+    return v;
+}
+/* 16 bytes read once, by a call that writes no gradient: no L1
+ * allocation, no L2 hint (read-only for the kernel's lifetime). */
+__device__ __forceinline__ uint4 xc_ld16_once(const void *ptr) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(ptr));
     return v;
 }
 __device__ __forceinline__ void xc_st16(void *ptr, uint4 v, uint64_t pol) {
