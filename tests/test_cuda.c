@@ -4,7 +4,8 @@
  *
  * Tolerances (docs/cuda.md derives them):
  *   - forward outputs (nll, logprob, lse, entropy, loss, stats): within
- *     2 ulp of fp32 of the CPU result (relative, by bit patterns);
+ *     2 ulp of fp32 of the CPU result (relative, by bit patterns) on the
+ *     precise path, 4 ulp on the fast path (fwd_tol);
  *   - gradients stored as bf16 / f16: within 1 ulp of their format (both
  *     sides are faithful roundings of the same exact value);
  *   - gradients stored as fp32 (computed in double like the CPU): 1 ulp;
@@ -228,6 +229,19 @@ static int lse_close(double a, double b, double scale) {
     return fabs(a - b) <= 2.0 * ldexp(1.0, e - 24);
 }
 
+/* Forward tolerance in ulps of fp32 (docs/cuda.md, "Forward error"): 2 on
+ * the precise path (terms in double, as on the CPU); 4 on the fast path
+ * (16-bit logits, no softcap, a 16-bit gradient or none), whose terms carry
+ * the MUFU exp2's relative error, below 2^-22.5: up to 2.83 ulp of an
+ * output that one term, or a set of equal terms, dominates, plus the
+ * term's and the output's roundings. (Seed 473121095 under
+ * XENT_SANITIZER=1 gives 3 ulp on one entropy of the on-chip kernel.) */
+static double fwd_tol(xent_dtype dt, xent_dtype gdt, double softcap) {
+    const int fast = dt != XENT_F32 && softcap == 0 &&
+                     (gdt == XENT_DTYPE_COUNT || gdt == XENT_BF16 || gdt == XENT_F16);
+    return fast ? 4 : 2;
+}
+
 static void cmp_f32(const char *what, const char *name, const float *a, const float *b,
                     int64_t n, double tol) {
     for (int64_t i = 0; i < n; i++) {
@@ -283,9 +297,10 @@ static void check_case_in(const char *what, const ccase *c, const cinputs *in_) 
     CHECK(sc == XENT_OK && sg == XENT_OK, "%s: status cpu %d gpu %d (%s)", what, sc, sg,
           xent_last_error());
     if (sc == XENT_OK && sg == XENT_OK) {
-        cmp_f32(what, "loss", go.loss, co.loss, (int64_t)loss_len(c), 2);
-        cmp_f32(what, "nll", go.nll, co.nll, c->T, 2);
-        cmp_f32(what, "logprob", go.logprob, co.logprob, c->T, 2);
+        const double tol = fwd_tol(c->dt, c->gdt, c->o.softcap);
+        cmp_f32(what, "loss", go.loss, co.loss, (int64_t)loss_len(c), tol);
+        cmp_f32(what, "nll", go.nll, co.nll, c->T, tol);
+        cmp_f32(what, "logprob", go.logprob, co.logprob, c->T, tol);
         double *sc = malloc((size_t)c->T * sizeof(double) + 8);
         row_scales(c, &in, sc);
         for (int64_t t = 0; t < c->T; t++) {
@@ -293,10 +308,10 @@ static void check_case_in(const char *what, const ccase *c, const cinputs *in_) 
                   (long long)t, (double)go.lse[t], (double)co.lse[t]);
             CHECK_LIMIT(10);
         }
-        if (c->entropy) cmp_f32(what, "entropy", go.entropy, co.entropy, c->T, 2);
+        if (c->entropy) cmp_f32(what, "entropy", go.entropy, co.entropy, c->T, tol);
         for (int64_t t = 0; t < c->T; t++) {
             float x = (float)go.stats[t].nll, y = (float)co.stats[t].nll;
-            CHECK(lse_close(go.stats[t].lse, co.stats[t].lse, sc[t]) && xt_ulp_dist_f32(x, y) <= 2,
+            CHECK(lse_close(go.stats[t].lse, co.stats[t].lse, sc[t]) && xt_ulp_dist_f32(x, y) <= tol,
                   "%s: stats[%lld] gpu {%.17g, %.17g} cpu {%.17g, %.17g}", what, (long long)t,
                   go.stats[t].lse, go.stats[t].nll, co.stats[t].lse, co.stats[t].nll);
             CHECK_LIMIT(10);
@@ -521,8 +536,9 @@ TEST(cuda_logprobs_vs_cpu) {
     CHECK(s == XENT_OK, "gpu logprobs: %s", xent_last_error());
     host_copy(glp, dlp, T * 4);
     host_copy(gen, den, T * 4);
-    cmp_f32("logprobs", "logprob", glp, lp, T, 2);
-    cmp_f32("logprobs", "entropy", gen, en, T, 2);
+    const double tol = fwd_tol(c.dt, XENT_DTYPE_COUNT, c.o.softcap);
+    cmp_f32("logprobs", "logprob", glp, lp, T, tol);
+    cmp_f32("logprobs", "entropy", gen, en, T, tol);
     cudaFree(dl); cudaFree(dlab); cudaFree(dlp); cudaFree(den);
     free(lp); free(en); free(glp); free(gen);
     free_inputs(&in);
@@ -924,8 +940,8 @@ TEST(cuda_nonfinite_rows) {
     for (int t = 0; t < 12; t++)
         CHECK(lse_close(go.lse[t], co.lse[t], isfinite(sc[t]) ? sc[t] : 0), "nonfinite: lse[%d] gpu %g cpu %g", t,
               (double)go.lse[t], (double)co.lse[t]);
-    cmp_f32("nonfinite", "nll", go.nll, co.nll, c.T, 2);
-    cmp_f32("nonfinite", "loss", go.loss, co.loss, c.T, 2);
+    cmp_f32("nonfinite", "nll", go.nll, co.nll, c.T, fwd_tol(c.dt, c.gdt, c.o.softcap));
+    cmp_f32("nonfinite", "loss", go.loss, co.loss, c.T, fwd_tol(c.dt, c.gdt, c.o.softcap));
     CHECK(go.nonfinite == co.nonfinite && go.nonfinite >= 3, "non-finite rows gpu %lld cpu %lld",
           (long long)go.nonfinite, (long long)co.nonfinite);
     cmp_grad("nonfinite", &c, go.grad, co.grad);
