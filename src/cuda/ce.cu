@@ -91,7 +91,7 @@ __device__ __forceinline__ void xc_rebase(const xc_params &k, xc_acc &a, float c
                 a.s[i] = 0.f;
                 if (EXTRA) { sxd += (double)a.sx[i]; a.sx[i] = 0.f; }
             }
-            sd += ((double)a.c[0] + (double)a.c[1]) * 0.6931471805599453;
+            sd += ((double)a.c[0] + (double)a.c[1]) * XC_LN2;
             a.c[0] = a.c[1] = 0.f;
             sxd *= k.inv_tau; /* raw -> transformed units */
         }
@@ -127,17 +127,6 @@ __device__ __forceinline__ float xc_chunk_max(const float z[8], int nv, int tk) 
     return cm;
 }
 
-/* One term on the fast path: e = 2^(x c2) and y_lo, the rounding error of
- * the product x * c2 (and of c2 itself); the term is e (1 + y_lo ln 2) to
- * first order, so the only error left is the MUFU exp2's (about 1.5 ulp).
- * A logit of -inf gives y_lo = NaN (and so a NaN sum). */
-__device__ __forceinline__ float xc_term(float x, float c2, float c2lo, float &ylo) {
-    float y = x * c2;
-    ylo = fmaf(x, c2, -y);
-    ylo = fmaf(x, c2lo, ylo);
-    return xc_ex2_ftz(y);
-}
-
 /* fp32 logits: x = fl(z - m) need not be exact; TwoSum gives its rounding
  * error lo (z - m = x + lo exactly, round-to-nearest, no contraction), and
  * the term carries lo c2 to first order as it carries the product's error.
@@ -159,7 +148,7 @@ __device__ __forceinline__ float xc_term_wide(float z, float m, float x, float c
 template <bool EXTRA>
 __device__ __forceinline__ void xc_add_term(xc_acc &a, int i, float e, float ylo, float x) {
     if (EXTRA) {
-        const float t = fmaf(e, ylo * 0.6931471805599453f, e);
+        const float t = fmaf(e, ylo * XC_LN2F, e);
         a.s[i % XC_LANES] += t;
         a.sx[i % XC_LANES] = fmaf(t, x, a.sx[i % XC_LANES]);
     } else {
@@ -597,7 +586,7 @@ __global__ void __launch_bounds__(1024) xc_row_kernel(const xc_params k) {
             double sd = 0, sxd = 0;
 #pragma unroll
             for (int i = 0; i < XC_LANES; i++) { sd += (double)a.s[i]; sxd += (double)a.sx[i]; }
-            sd += ((double)a.c[0] + (double)a.c[1]) * 0.6931471805599453;
+            sd += ((double)a.c[0] + (double)a.c[1]) * XC_LN2;
             a.D += sd;
             a.DX += sxd * k.inv_tau; /* raw -> transformed units */
             a.ZS = a.ZS * k.inv_tau;

@@ -174,12 +174,10 @@ struct xq_sums {
 /* One term: column value z (raw), x = z - M exact for bf16/f16. */
 template <bool EXTRA>
 __device__ __forceinline__ void xq_term(xq_sums &a, int e, float x, float c2, float c2lo) {
-    const float y = x * c2;
-    float t = fmaf(x, c2, -y);
-    t = fmaf(x, c2lo, t);
-    const float p = xc_ex2_ftz(y);
+    float t;
+    const float p = xc_term(x, c2, c2lo, t);
     if (EXTRA) {
-        const float pc = fmaf(p, t * 0.6931471805599453f, p);
+        const float pc = fmaf(p, t * XC_LN2F, p);
         a.s[e & 3] += pc;
         a.sx[e & 3] = fmaf(pc, x, a.sx[e & 3]);
     } else {
@@ -513,7 +511,7 @@ __global__ void __launch_bounds__(XQ_MAX_NT, 3) xq_row_kernel(const xc_params k,
                 D += (double)a.s[e];
                 if (EXTRA) DX += (double)a.sx[e];
             }
-            if (!EXTRA) D += ((double)a.c[0] + (double)a.c[1]) * 0.6931471805599453;
+            if (!EXTRA) D += ((double)a.c[0] + (double)a.c[1]) * XC_LN2;
             D += a.dd;
             DX += a.ddx;
             double v[4] = {(double)a.ntop, D, DX * k.inv_tau, a.zs * k.inv_tau};

@@ -12,6 +12,8 @@
 #include <math.h>
 
 #define XC_LOG2E 1.4426950408889634
+#define XC_LN2 0.6931471805599453   /* ln 2, double */
+#define XC_LN2F 0.6931471805599453f /* ln 2 rounded to float */
 
 /* ------------------------------------------------------------------ */
 /* Per-row context                                                     */
