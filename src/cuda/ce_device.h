@@ -207,11 +207,11 @@ __device__ __forceinline__ float xc_ex2_ftz(float x) {
     return y;
 }
 
-/* One term on the fast path (both kernels): e = 2^(x c2) and y_lo, the rounding error of
- * the product x * c2 (and of c2 itself); the term is e (1 + y_lo ln 2) to
- * first order, so the only error left is the MUFU exp2's (relative, below
- * 2^-22.5: docs/cuda.md).
- * A logit of -inf gives y_lo = NaN (and so a NaN sum). */
+/* One term on the fast path (both kernels): e = 2^(x c2) and y_lo, the
+ * rounding error of the product x * c2 (and of c2 itself); the term is
+ * e (1 + y_lo ln 2) to first order, so the only error left is the MUFU
+ * exp2's (relative, below 2^-22.5: docs/cuda.md). A logit of -inf gives
+ * y_lo = NaN (and so a NaN sum). */
 __device__ __forceinline__ float xc_term(float x, float c2, float c2lo, float &ylo) {
     float y = x * c2;
     ylo = fmaf(x, c2, -y);
