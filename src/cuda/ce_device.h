@@ -14,8 +14,14 @@
 /* Element formats: 8 elements (one chunk) per call                    */
 /* ------------------------------------------------------------------ */
 
-/* Max and min of packed pairs (T2: __nv_bfloat162 or __half2) that keep
- * NaN, on the pairs' bits. */
+/* Max of packed pairs (T2: __nv_bfloat162 or __half2) with NaN ignored,
+ * on the pairs' bits. */
+template <class T2>
+__device__ __forceinline__ uint32_t xc_max2(uint32_t a, uint32_t b) {
+    T2 r = __hmax2(*reinterpret_cast<const T2 *>(&a), *reinterpret_cast<const T2 *>(&b));
+    return *reinterpret_cast<uint32_t *>(&r);
+}
+/* Max and min of packed pairs that keep NaN, on the pairs' bits. */
 template <class T2>
 __device__ __forceinline__ uint32_t xc_pmax2(uint32_t a, uint32_t b) {
     T2 r = __hmax2_nan(*reinterpret_cast<const T2 *>(&a), *reinterpret_cast<const T2 *>(&b));
@@ -51,9 +57,7 @@ struct xc_bf16 {
     }
     /* max of packed pairs with NaN ignored (as max8) */
     static __device__ __forceinline__ uint32_t maxw(uint32_t a, uint32_t b) {
-        __nv_bfloat162 r = __hmax2(*reinterpret_cast<const __nv_bfloat162 *>(&a),
-                                   *reinterpret_cast<const __nv_bfloat162 *>(&b));
-        return *reinterpret_cast<uint32_t *>(&r);
+        return xc_max2<__nv_bfloat162>(a, b);
     }
     enum { VECS = 1 }; /* 16-byte vectors per chunk of 8 */
     static const bool WIDE = false; /* z - m is exact in fp32 */
@@ -96,9 +100,7 @@ struct xc_f16 {
         return fmaxf(__low2float(m), __high2float(m));
     }
     static __device__ __forceinline__ uint32_t maxw(uint32_t a, uint32_t b) {
-        __half2 r = __hmax2(*reinterpret_cast<const __half2 *>(&a),
-                            *reinterpret_cast<const __half2 *>(&b));
-        return *reinterpret_cast<uint32_t *>(&r);
+        return xc_max2<__half2>(a, b);
     }
     enum { VECS = 1 };
     static const bool WIDE = false; /* z - m is exact in fp32 */
