@@ -21,6 +21,13 @@ __device__ __forceinline__ uint32_t xc_max2(uint32_t a, uint32_t b) {
     T2 r = __hmax2(*reinterpret_cast<const T2 *>(&a), *reinterpret_cast<const T2 *>(&b));
     return *reinterpret_cast<uint32_t *>(&r);
 }
+/* Max of a chunk's 8 elements (16-bit pairs T2), NaN ignored as by fmaxf. */
+template <class T2>
+__device__ __forceinline__ float xc_max8(const uint4 *v) {
+    const uint32_t w = xc_max2<T2>(xc_max2<T2>(v[0].x, v[0].y), xc_max2<T2>(v[0].z, v[0].w));
+    const T2 m = *reinterpret_cast<const T2 *>(&w);
+    return fmaxf(__low2float(m), __high2float(m));
+}
 /* Max and min of packed pairs that keep NaN, on the pairs' bits. */
 template <class T2>
 __device__ __forceinline__ uint32_t xc_pmax2(uint32_t a, uint32_t b) {
@@ -48,12 +55,7 @@ struct xc_bf16 {
     }
     /* max of the 8 elements (NaN ignored, as fmaxf), on packed pairs */
     static __device__ __forceinline__ float max8(const uint4 *v) {
-        __nv_bfloat162 a = *reinterpret_cast<const __nv_bfloat162 *>(&v[0].x);
-        __nv_bfloat162 b = *reinterpret_cast<const __nv_bfloat162 *>(&v[0].y);
-        __nv_bfloat162 c = *reinterpret_cast<const __nv_bfloat162 *>(&v[0].z);
-        __nv_bfloat162 d = *reinterpret_cast<const __nv_bfloat162 *>(&v[0].w);
-        __nv_bfloat162 m = __hmax2(__hmax2(a, b), __hmax2(c, d));
-        return fmaxf(__low2float(m), __high2float(m));
+        return xc_max8<__nv_bfloat162>(v);
     }
     /* max of packed pairs with NaN ignored (as max8) */
     static __device__ __forceinline__ uint32_t maxw(uint32_t a, uint32_t b) {
@@ -91,14 +93,7 @@ struct xc_f16 {
             z[2 * i + 1] = f.y;
         }
     }
-    static __device__ __forceinline__ float max8(const uint4 *v) {
-        __half2 a = *reinterpret_cast<const __half2 *>(&v[0].x);
-        __half2 b = *reinterpret_cast<const __half2 *>(&v[0].y);
-        __half2 c = *reinterpret_cast<const __half2 *>(&v[0].z);
-        __half2 d = *reinterpret_cast<const __half2 *>(&v[0].w);
-        __half2 m = __hmax2(__hmax2(a, b), __hmax2(c, d));
-        return fmaxf(__low2float(m), __high2float(m));
-    }
+    static __device__ __forceinline__ float max8(const uint4 *v) { return xc_max8<__half2>(v); }
     static __device__ __forceinline__ uint32_t maxw(uint32_t a, uint32_t b) {
         return xc_max2<__half2>(a, b);
     }
