@@ -16,9 +16,10 @@
  * double when m grows. The block combines them exactly as xent_ce_combine
  * combines shards (max, then each part scaled by exp(m'_t - M') in double).
  * The row's statistics are finished in double by one thread (xc_finish: the
- * CPU's combine formulas), and pass 2 (a second read, in reverse order, from
- * shared memory for the first chunks when XENT_CUDA_SMEM keeps them there,
- * else from L2 or memory) writes the gradient.
+ * CPU's combine formulas; forward only, by a second kernel, one thread a
+ * row, from the statistics left in scratch: xc_launch_rows), and pass 2 (a
+ * second read, in reverse order, from shared memory for each thread's
+ * first 8 chunks, else from L2 or memory) writes the gradient.
  *
  * Two arithmetic paths (docs/cuda.md has the error analysis):
  *  - fast: no softcap, gradient bf16/f16 or none; bf16/f16 logits, or fp32
@@ -300,17 +301,17 @@ __device__ __forceinline__ void xc_pass1(const xc_params &k, xc_acc &a,
     /* chunk indices fit in int: V < 2^33 (checked on the host) */
     const int nfull = (int)(k.V >> 3), NT = blockDim.x, tid = threadIdx.x, lane = tid & 31;
     const int tc = tl >= 0 ? (int)(tl >> 3) : -1, to = (int)(tl & 7); /* target chunk */
+    /* the first slot of the round in which this warp holds the target
+     * chunk (thread tc % NT, slot tc / NT), or -1: found once a row */
+    const int tk0 = tc >= 0 && (tc % NT) >> 5 == tid >> 5 ? tc / NT / XC_UNROLL * XC_UNROLL : -1;
     const double c2d = XC_LOG2E * k.inv_tau;
     const float c2 = (float)c2d, c2lo = (float)(c2d - (double)c2);
     const uint64_t pol = xc_policy_last();
     int k0 = 0; /* this round's first slot (chunk index c = tid + slot NT) */
     for (int c0 = tid - lane; c0 < nfull; c0 += XC_UNROLL * NT, k0 += XC_UNROLL) {
         /* A plain round (warp-uniform): every lane's chunks are whole and
-         * none holds the target (chunk c0 + lane + u NT is tc for some lane
-         * and u < XC_UNROLL when tc - c0 = lane + u NT). */
-        const int dt = tc - c0;
-        const bool plain = !PRECISE && c0 + (XC_UNROLL - 1) * NT + 31 < nfull &&
-                           !(tc >= 0 && dt >= 0 && dt % NT < 32 && dt / NT < XC_UNROLL);
+         * none holds the target */
+        const bool plain = !PRECISE && c0 + (XC_UNROLL - 1) * NT + 31 < nfull && k0 != tk0;
         uint4 b[XC_UNROLL][In::VECS];
 #pragma unroll
         for (int u = 0; u < XC_UNROLL; u++) {
@@ -726,22 +727,26 @@ static int xc_grid(int64_t n) { return (int)(n < (1 << 24) ? n : (1 << 24)); }
  * writes a gradient, the first chunks of each thread are kept there
  * between pass 1 and pass 2 (the rest is read again, mostly from L2); it
  * also caps the blocks per multiprocessor. It does not change any result. */
-static int xc_smem_pad(int block) {
+static int xc_smem_pad(int block, int wide) {
     const char *s = getenv("XENT_CUDA_SMEM");
     if (s) {
         int v = atoi(s);
         return v > 0 && v <= 200 * 1024 ? v : 0;
     }
     /* default: 512-thread blocks (XENT_CUDA_BLOCK only) keep 110000 bytes
-     * of their row (two blocks per multiprocessor); the default blocks (128
-     * or 256 threads, four per multiprocessor) keep none: measured no
-     * slower than 512 threads with 110000 bytes, 8% faster at V = 151936 */
-    return block >= 512 ? 110000 : 0;
+     * of their row (two blocks per multiprocessor); the default blocks
+     * (128 to 256 threads, four per multiprocessor at 256) keep 8 chunks
+     * per thread of 16-bit logits (36000 bytes at 256 threads: 3-5%
+     * faster at 16384 x 128256 and 8192 x 151936 in three interleaved
+     * runs, bench/RESULTS.md, run of 2026-12-01 21:50 UTC); fp32 logits
+     * keep none (not measured) */
+    if (block >= 512) return 110000;
+    return wide ? 0 : block / 32 * 4500;
 }
 
 template <class In, int OUT, bool PRECISE, bool EXTRA>
 static int xc_go(const xc_params *p, int block, cudaStream_t s) {
-    const int pad = (p->grad && p->mode == XC_MODE_FWD) ? xc_smem_pad(block) : 0;
+    const int pad = (p->grad && p->mode == XC_MODE_FWD) ? xc_smem_pad(block, In::VECS > 1) : 0;
     if (pad > 48 * 1024) {
         cudaError_t e = cudaFuncSetAttribute(xc_row_kernel<In, OUT, PRECISE, EXTRA>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, pad);
@@ -766,21 +771,46 @@ static int xc_fast_out(const xc_params *p, int block, cudaStream_t s) {
     return xc_go<In, 0, false, false>(p, block, s);
 }
 
-int xc_launch_rows(const xc_params *p, int block, void *stream) {
-    cudaStream_t s = (cudaStream_t)stream;
-    const int has_grad = p->grad && p->mode != XC_MODE_PART;
-    const int fast = p->softcap == 0 && (p->in_dtype != XENT_F32 || p->fast_f32) &&
-                     (!has_grad || p->grad_dtype == XENT_BF16 || p->grad_dtype == XENT_F16);
-    if (fast) {
-        const int e = xq_launch_rows(p, stream);
-        if (e >= 0) return e;
-    }
+/* The streaming kernel, by dtype and options. */
+static int xc_stream_rows(const xc_params *p, int block, int fast, cudaStream_t s) {
     if (fast && p->in_dtype == XENT_BF16) return xc_fast_out<xc_bf16>(p, block, s);
     if (fast && p->in_dtype == XENT_F16) return xc_fast_out<xc_f16>(p, block, s);
     if (fast) return xc_fast_out<xc_f32>(p, block, s);
     if (p->in_dtype == XENT_F32) return xc_go<xc_f32, 0, true, true>(p, block, s);
     if (p->in_dtype == XENT_BF16) return xc_go<xc_bf16, 0, true, true>(p, block, s);
     return xc_go<xc_f16, 0, true, true>(p, block, s);
+}
+
+/* One of the two row kernels, chosen by V, dtype and options alone. */
+static int xc_any_rows(const xc_params *p, int block, cudaStream_t s) {
+    const int has_grad = p->grad && p->mode != XC_MODE_PART;
+    const int fast = p->softcap == 0 && (p->in_dtype != XENT_F32 || p->fast_f32) &&
+                     (!has_grad || p->grad_dtype == XENT_BF16 || p->grad_dtype == XENT_F16);
+    if (fast) {
+        const int e = xq_launch_rows(p, s);
+        if (e >= 0) return e;
+    }
+    return xc_stream_rows(p, block, fast, s);
+}
+
+int xc_launch_rows(const xc_params *p, int block, void *stream) {
+    cudaStream_t s = (cudaStream_t)stream;
+    if (p->mode == XC_MODE_FWD && !p->grad && p->partial) {
+        /* forward only, with scratch from the caller: the rows' statistics
+         * go there (partial mode: the same kernel, so the same sums) and
+         * one thread a row finishes them (xc_finish: the same arithmetic
+         * and bits as the finish inside the row kernels), so that no block
+         * waits on one thread's finish in double */
+        xc_params q = *p;
+        q.mode = XC_MODE_PART;
+        const int e = xc_any_rows(&q, block, s);
+        if (e != 0) return e;
+        q = *p;
+        q.parts = p->partial;
+        q.nshards = 1;
+        return xc_launch_combine(&q, stream);
+    }
+    return xc_any_rows(p, block, s);
 }
 
 int xc_launch_labels(const xc_params *p, xc_label_rec *rec, void *stream) {

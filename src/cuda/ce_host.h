@@ -11,6 +11,9 @@ extern "C" xent_status xent__fail(xent_status s, const char *fmt, ...);
 
 /* Block size of the row kernel for V columns (a function of V alone). */
 int xc_block(int64_t V);
+/* cudaMallocAsync from the library's pool on the stream's device (it
+ * keeps freed memory across synchronizations: ce_api.cu). */
+cudaError_t xc_malloc_async(void **ptr, size_t bytes, cudaStream_t s);
 /* XENT_OK, or XENT_ERR_CUDA with `what` and CUDA's message. */
 xent_status xc_cuda(cudaError_t e, const char *what);
 /* dtype is F32, BF16 or F16. */

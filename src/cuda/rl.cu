@@ -27,6 +27,9 @@
 #include <stdio.h>
 #include <string.h>
 
+/* stream-ordered scratch from the library's pool (ce_api.cu) */
+cudaError_t xc_malloc_async(void **ptr, size_t bytes, cudaStream_t s);
+
 extern "C" xent_status xent__fail(xent_status s, const char *fmt, ...);
 
 typedef unsigned long long ull;
@@ -316,7 +319,7 @@ static xent_status xr_begin(xr_ctx *c, void *stream, size_t bytes) {
         l->first_nan = l->first_pos = l->first_ninf = l->first_zrun = XR_NONE;
     }
     void *p = NULL;
-    xent_status st = xr_cuda(cudaMallocAsync(&p, XR_REC_BYTES + bytes, c->s),
+    xent_status st = xr_cuda(xc_malloc_async(&p, XR_REC_BYTES + bytes, c->s),
                              "cudaMallocAsync (check record and scratch)");
     if (st != XENT_OK) return st;
     c->d = (xr_rec *)p;
