@@ -738,7 +738,7 @@ static int xc_smem_pad(int block, int wide) {
      * (128 to 256 threads, four per multiprocessor at 256) keep 8 chunks
      * per thread of 16-bit logits (36000 bytes at 256 threads: 3-5%
      * faster at 16384 x 128256 and 8192 x 151936 in three interleaved
-     * runs, bench/RESULTS.md, run of 2026-12-01 21:50 UTC); fp32 logits
+     * runs, bench/RESULTS.md, run of 2026-12-01 21:29 UTC); fp32 logits
      * keep none (not measured) */
     if (block >= 512) return 110000;
     return wide ? 0 : block / 32 * 4500;
