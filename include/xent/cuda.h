@@ -17,6 +17,14 @@
  * then gives a NaN row (loss, outputs and gradient row) and is counted in
  * n_nonfinite, and nothing is read out of bounds.
  *
+ * Scratch: each call takes stream-ordered scratch on `stream` (freed on
+ * `stream` before it returns): 16 bytes, plus 16 a row when a reduced loss
+ * or a count is asked for, plus 48 a row on calls without a gradient (each
+ * row's statistics, finished by a second kernel). It comes from a memory
+ * pool the library creates on each device at first use, which keeps up to
+ * 64 MiB of freed scratch between calls; under CUDA graph capture, from
+ * the graph's own allocations (cudaMallocAsync).
+ *
  * Exactness (docs/cuda.md): the fast bf16/f16 path sums in fp32 lanes and
  * uses the hardware exp2, so it does not carry the CPU's 1-ulp guarantee:
  * forward outputs are within 4 ulp of the CPU xent_ce (the MUFU exp2's
