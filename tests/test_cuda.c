@@ -665,7 +665,8 @@ TEST(cuda_shards_vs_cpu) {
 }
 
 /* The same row at different positions, batch sizes and alignments gives
- * bitwise the same outputs and gradient row. */
+ * bitwise the same outputs and gradient row; without a gradient and through
+ * xent_cuda_logprobs, bitwise the same outputs. */
 static void batch_invariance(const char *plan) {
     if (plan) setenv("XENT_CUDA_CLUSTER", plan, 1);
     const int64_t V = 32000, Ts[] = {1, 5, 64};
@@ -703,6 +704,30 @@ static void batch_invariance(const char *plan) {
             host_copy(&v[1], dlse + pos, 4);
             host_copy(&v[2], dent + pos, 4);
             host_copy(grow, dg + pos * ld, V * 2);
+            /* the same row without a gradient (finished by a second kernel)
+             * and through xent_cuda_logprobs: the same bits */
+            float w[3], lpw[2];
+            cudaMemset(dnll, 0xFF, T * 4);
+            cudaMemset(dlse, 0xFF, T * 4);
+            cudaMemset(dent, 0xFF, T * 4);
+            go.grad = NULL;
+            CHECK(xent_cuda_ce(&gi, &o, &go, NULL) == XENT_OK, "gpu (no grad): %s", xent_last_error());
+            host_copy(&w[0], dnll + pos, 4);
+            host_copy(&w[1], dlse + pos, 4);
+            host_copy(&w[2], dent + pos, 4);
+            CHECK(!memcmp(v, w, sizeof v), "plan %s T=%lld ld=%lld: outputs without a gradient "
+                  "differ bitwise (nll %.9g / %.9g)", plan ? plan : "default", (long long)T,
+                  (long long)ld, (double)v[0], (double)w[0]);
+            cudaMemset(dnll, 0xFF, T * 4);
+            cudaMemset(dent, 0xFF, T * 4);
+            CHECK(xent_cuda_logprobs(&gi, &o, dnll, dent, NULL) == XENT_OK, "gpu logprobs: %s",
+                  xent_last_error());
+            host_copy(&lpw[0], dnll + pos, 4);
+            host_copy(&lpw[1], dent + pos, 4);
+            const float lpv[2] = {-v[0] + 0.0f, v[2]};
+            CHECK(!memcmp(lpv, lpw, sizeof lpv), "plan %s T=%lld ld=%lld: xent_cuda_logprobs "
+                  "differs bitwise (logprob %.9g / %.9g)", plan ? plan : "default", (long long)T,
+                  (long long)ld, (double)lpv[0], (double)lpw[0]);
             if (!have) {
                 memcpy(ref, v, sizeof v);
                 memcpy(gref, grow, V * 2);

@@ -39,7 +39,10 @@ typedef struct xc_params {
     float *loss_rows;            /* [T] (reduction NONE)                   */
     float *nll, *logprob, *lse, *entropy; /* [T]                           */
     xent_ce_stats *stats;        /* [T]                                    */
-    xent_ce_partial *partial;    /* [T] (shard statistics mode)            */
+    xent_ce_partial *partial;    /* [T] (shard statistics mode; forward only
+                                    without a gradient: scratch for the rows'
+                                    statistics, finished by the combine
+                                    kernel: xc_launch_rows) */
     xc_row_acc *acc;             /* [T] for the reductions, or NULL        */
     const xc_label_rec *rec;     /* label pass result (MEAN's count)       */
     /* gradient */
