@@ -150,6 +150,7 @@ cudaError_t xc_malloc_async(void **ptr, size_t bytes, cudaStream_t s) {
 #if CUDART_VERSION >= 12080
     e = s ? cudaStreamGetDevice(s, &dev) : cudaGetDevice(&dev);
 #else
+    if (s) return cudaMallocAsync(ptr, bytes, s); /* no way to ask the stream's device */
     e = cudaGetDevice(&dev);
 #endif
     if (e != cudaSuccess) return e;
