@@ -22,8 +22,8 @@
  * or a count is asked for, plus 48 a row on calls without a gradient (each
  * row's statistics, finished by a second kernel). It comes from a memory
  * pool the library creates on each device at first use, which keeps up to
- * 64 MiB of freed scratch between calls; under CUDA graph capture, from
- * the graph's own allocations (cudaMallocAsync).
+ * 64 MiB of freed scratch between calls; under CUDA graph capture (and on
+ * a non-default stream before CUDA 12.8), from cudaMallocAsync.
  *
  * Exactness (docs/cuda.md): the fast bf16/f16 path sums in fp32 lanes and
  * uses the hardware exp2, so it does not carry the CPU's 1-ulp guarantee:
