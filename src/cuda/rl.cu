@@ -19,6 +19,7 @@
  * the host then reports the first problem in the CPU's order with the
  * CPU's message (field and index). */
 #include "ce_device.h"
+#include "ce_host.h" /* xc_malloc_async: scratch from the library's pool */
 #include "xent.h"
 
 #include <cuda_runtime.h>
@@ -26,9 +27,6 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
-
-/* stream-ordered scratch from the library's pool (ce_api.cu) */
-cudaError_t xc_malloc_async(void **ptr, size_t bytes, cudaStream_t s);
 
 extern "C" xent_status xent__fail(xent_status s, const char *fmt, ...);
 
