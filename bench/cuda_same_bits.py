@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Compares two builds of the library bit for bit on a GPU: every output of
 xent_cuda_ce with and without a gradient (loss, nll, lse, log-probability,
-entropy, counts, gradient) and of xent_cuda_logprobs, for bf16, f16 and f32
+entropy, counts, gradient; without a gradient also without entropy) and of
+xent_cuda_logprobs, for bf16, f16 and f32
 logits, V from 1000 (on-chip kernel) to 151936, unaligned rows, logits
 scaled by 0.05 to 30, rows with NaN, +inf, all -inf but one and all 0,
 temperature with label smoothing and z-loss, and softcap. In the second
@@ -29,19 +30,19 @@ for V in (40000, 50021, 128256, 151936, 33000, 65537, 20000, 1000):
 cases += [(128256, torch.bfloat16, 2.0, 3), (50021, torch.float16, 2.0, 8)]
 opts_list = ((1.0, 0.0, 0.0, 0.0), (0.7, 0.1, 1e-4, 0.0), (1.0, 0.0, 0.0, 30.0))
 n = bad = 0
-def run(lib, x, lab, T, V, ld, dt, o, grad):
+def run(lib, x, lab, T, V, ld, dt, o, grad, with_ent):
     outs = {k: torch.full((T,), float("nan"), device="cuda") for k in ("nll", "lse", "logprob", "entropy")}
     loss = torch.full((1,), float("nan"), device="cuda")
     cnt = torch.full((2,), -7, device="cuda", dtype=torch.int64)
     g = torch.full((T, ld), float("nan"), device="cuda", dtype=dt) if grad else None
     inp = Input(x.data_ptr(), DT[dt], T, V, ld, lab.data_ptr(), XENT_I64, None)
     out = Output(loss.data_ptr(), outs["nll"].data_ptr(), outs["logprob"].data_ptr(), outs["lse"].data_ptr(),
-                 outs["entropy"].data_ptr(), None, g.data_ptr() if grad else None, DT[dt], ld,
+                 outs["entropy"].data_ptr() if with_ent else None, None, g.data_ptr() if grad else None, DT[dt], ld,
                  cnt.data_ptr(), cnt[1:].data_ptr())
     st = lib.xent_cuda_ce(C.byref(inp), C.byref(o), C.byref(out), stream())
     lp = torch.full((T,), float("nan"), device="cuda")
     ent = torch.full((T,), float("nan"), device="cuda")
-    st2 = lib.xent_cuda_logprobs(C.byref(inp), C.byref(o), C.c_void_p(lp.data_ptr()), C.c_void_p(ent.data_ptr()), stream())
+    st2 = lib.xent_cuda_logprobs(C.byref(inp), C.byref(o), C.c_void_p(lp.data_ptr()), C.c_void_p(ent.data_ptr() if with_ent else None), stream())
     torch.cuda.synchronize()
     if st or st2:
         print("status", st, st2, lib.xent_last_error().decode())
@@ -60,13 +61,13 @@ for V, dt, scale, pad in cases:
     lab = torch.randint(0, V, (T,), device="cuda", dtype=torch.int64); lab[2] = -100
     for temp, ls, zl, cap in opts_list:
         o = default_opts(); o.temperature = temp; o.label_smoothing = ls; o.z_loss = zl; o.softcap = cap
-        for grad in (False, True):
-            a = run(libs[0], x, lab, T, V, ld, dt, o, grad)
-            b = run(libs[1], x, lab, T, V, ld, dt, o, grad)
+        for grad, with_ent in ((False, True), (False, False), (True, True)):
+            a = run(libs[0], x, lab, T, V, ld, dt, o, grad, with_ent)
+            b = run(libs[1], x, lab, T, V, ld, dt, o, grad, with_ent)
             n += 1
             diff = [i for i, (u, v) in enumerate(zip(a, b)) if not torch.equal(u, v)]
             if diff:
-                bad += 1; print("DIFF old/new", V, dt, scale, pad, (temp, ls, zl, cap), grad, diff)
+                bad += 1; print("DIFF old/new", V, dt, scale, pad, (temp, ls, zl, cap), grad, with_ent, diff)
             if grad:  # new build: logprob of ce-with-grad == xent_cuda_logprobs
                 n += 1
                 if not torch.equal(b[1], b[6]):

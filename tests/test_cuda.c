@@ -362,6 +362,9 @@ TEST(cuda_ce_dtypes_vs_cpu) {
             for (int v = 0; v < 5; v++) {
                 ccase c = base_case(dts[a], gdts[b], v == 4 ? 9 : 21, Vs[v]);
                 c.i32_labels = (a + v) & 1;
+                /* forward only without entropy: the 16-byte row statistics
+                 * and the reduction's per-row values share their scratch */
+                c.entropy = !(b == 0 && (a + v) % 2 == 0);
                 snprintf(what, sizeof what, "%s->%s V=%lld", xent_dtype_name(dts[a]),
                          b ? xent_dtype_name(gdts[b]) : "none", (long long)Vs[v]);
                 check_case(what, &c);
@@ -404,6 +407,12 @@ TEST(cuda_ce_large_vocab_vs_cpu) {
     c = base_case(XENT_BF16, XENT_BF16, T, 32000);
     c.inplace = 1;
     check_case("bf16 in place V=32000", &c);
+    c = base_case(XENT_BF16, XENT_BF16, T, 50257);
+    c.inplace = 1; /* unaligned rows, loaded and stored in aligned pieces */
+    check_case("bf16 in place V=50257", &c);
+    c = base_case(XENT_F16, XENT_F16, T, 50257);
+    c.entropy = 0;
+    check_case("f16 V=50257", &c);
     c = base_case(XENT_F32, XENT_F32, T, 50000);
     c.inplace = 1;
     check_case("f32 in place V=50000", &c);
@@ -689,7 +698,11 @@ static void batch_invariance(const char *plan) {
             lab[pos] = label;
             void *dl = dev_copy(h, (size_t)(T * ld) * 2), *dlab = dev_copy(lab, T * 8);
             float *dnll = dev_alloc(T * 4), *dlse = dev_alloc(T * 4), *dent = dev_alloc(T * 4);
-            uint16_t *dg = dev_alloc((size_t)(T * ld) * 2);
+            float *dloss = dev_alloc(4);
+            int64_t *dcnt = dev_alloc(8);
+            /* the gradient's rows aligned differently from the logits' */
+            const int64_t ldg = ldx ? V + 5 : V;
+            uint16_t *dg = dev_alloc((size_t)(T * ldg) * 2);
             xent_ce_input gi = {dl, XENT_BF16, T, V, ld, dlab, XENT_I64, NULL};
             xent_ce_opts o;
             xent_ce_opts_init(&o);
@@ -697,13 +710,17 @@ static void batch_invariance(const char *plan) {
             xent_ce_output go;
             memset(&go, 0, sizeof go);
             go.nll = dnll; go.lse = dlse; go.entropy = dent;
-            go.grad = dg; go.grad_dtype = XENT_BF16; go.ld_grad = ld;
+            go.loss = dloss; go.n_counted = dcnt;
+            go.grad = dg; go.grad_dtype = XENT_BF16; go.ld_grad = ldg;
             CHECK(xent_cuda_ce(&gi, &o, &go, NULL) == XENT_OK, "gpu: %s", xent_last_error());
-            float v[3];
+            float v[3], loss_g, loss_s;
+            int64_t cnt_g, cnt_s;
+            host_copy(&loss_g, dloss, 4);
+            host_copy(&cnt_g, dcnt, 8);
             host_copy(&v[0], dnll + pos, 4);
             host_copy(&v[1], dlse + pos, 4);
             host_copy(&v[2], dent + pos, 4);
-            host_copy(grow, dg + pos * ld, V * 2);
+            host_copy(grow, dg + pos * ldg, V * 2);
             /* the same row without a gradient (finished by a second kernel)
              * and through xent_cuda_logprobs: the same bits */
             float w[3], lpw[2];
@@ -718,6 +735,33 @@ static void batch_invariance(const char *plan) {
             CHECK(!memcmp(v, w, sizeof v), "plan %s T=%lld ld=%lld: outputs without a gradient "
                   "differ bitwise (nll %.9g / %.9g)", plan ? plan : "default", (long long)T,
                   (long long)ld, (double)v[0], (double)w[0]);
+            /* without entropy either: each row's 16-byte statistics, whose
+             * scratch the reduction's per-row values then share */
+            cudaMemset(dnll, 0xFF, T * 4);
+            cudaMemset(dlse, 0xFF, T * 4);
+            cudaMemset(dloss, 0xFF, 4);
+            cudaMemset(dcnt, 0xFF, 8);
+            go.entropy = NULL;
+            CHECK(xent_cuda_ce(&gi, &o, &go, NULL) == XENT_OK, "gpu (no grad, no entropy): %s",
+                  xent_last_error());
+            host_copy(&w[0], dnll + pos, 4);
+            host_copy(&w[1], dlse + pos, 4);
+            host_copy(&loss_s, dloss, 4);
+            host_copy(&cnt_s, dcnt, 8);
+            CHECK(!memcmp(v, w, 2 * sizeof v[0]) && !memcmp(&loss_g, &loss_s, 4) &&
+                      cnt_g == cnt_s,
+                  "plan %s T=%lld ld=%lld: outputs without a gradient and entropy differ "
+                  "bitwise (nll %.9g / %.9g, loss %.9g / %.9g, counted %lld / %lld)",
+                  plan ? plan : "default", (long long)T, (long long)ld, (double)v[0],
+                  (double)w[0], (double)loss_g, (double)loss_s, (long long)cnt_g,
+                  (long long)cnt_s);
+            cudaMemset(dnll, 0xFF, T * 4);
+            CHECK(xent_cuda_logprobs(&gi, &o, dnll, NULL, NULL) == XENT_OK, "gpu logprobs: %s",
+                  xent_last_error());
+            host_copy(&lpw[0], dnll + pos, 4);
+            CHECK(!memcmp(&lpw[0], &(float){-v[0] + 0.0f}, 4), "plan %s T=%lld ld=%lld: "
+                  "xent_cuda_logprobs without entropy differs bitwise", plan ? plan : "default",
+                  (long long)T, (long long)ld);
             cudaMemset(dnll, 0xFF, T * 4);
             cudaMemset(dent, 0xFF, T * 4);
             CHECK(xent_cuda_logprobs(&gi, &o, dnll, dent, NULL) == XENT_OK, "gpu logprobs: %s",
@@ -739,7 +783,7 @@ static void batch_invariance(const char *plan) {
                       plan ? plan : "default", (long long)T, (long long)ld);
             }
             cudaFree(dl); cudaFree(dlab); cudaFree(dnll); cudaFree(dlse); cudaFree(dent);
-            cudaFree(dg);
+            cudaFree(dloss); cudaFree(dcnt); cudaFree(dg);
             free(h);
             free(lab);
         }
@@ -751,7 +795,8 @@ static void batch_invariance(const char *plan) {
 
 TEST(cuda_batch_invariance) {
     if (!gpu_ready()) return;
-    batch_invariance(NULL); /* the default plan at V = 32000: one block a row */
+    batch_invariance(NULL); /* the default plan at V = 32000: the streaming kernel */
+    batch_invariance("1");  /* the on-chip kernel, one block a row */
     batch_invariance("4");  /* four blocks a row */
     batch_invariance("4:256:3"); /* three clusters for all rows */
     batch_invariance("0");  /* the streaming kernel */

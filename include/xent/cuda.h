@@ -19,8 +19,9 @@
  *
  * Scratch: each call takes stream-ordered scratch on `stream` (freed on
  * `stream` before it returns): 16 bytes, plus 16 a row when a reduced loss
- * or a count is asked for, plus 48 a row on calls without a gradient (each
- * row's statistics, finished by a second kernel). It comes from a memory
+ * or a count is asked for, or when a call without a gradient, entropy or
+ * label smoothing leaves each row's statistics for a second kernel to
+ * finish (the two share those 16 bytes). It comes from a memory
  * pool the library creates on each device at first use, which keeps up to
  * 64 MiB of freed scratch between calls; under CUDA graph capture (and on
  * a non-default stream before CUDA 12.8), from cudaMallocAsync.

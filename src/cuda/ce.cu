@@ -403,6 +403,7 @@ __device__ __forceinline__ uint32_t xc_precise_grad1(const xc_params &k,
 }
 
 #define XC_P2U 4 /* chunks loaded together in the vector pass 2 */
+#define XC_P2UU 2 /* the same, unaligned rows (two loads a chunk) */
 
 /* Up to XC_P2U of this thread's chunks, slots slot, slot - 1, ... >= lo:
  * all loads issued, then each chunk's gradient stored. Returns the next
@@ -434,18 +435,50 @@ __device__ __forceinline__ int xc_p2_batch(const xc_gconst &gc, const typename I
     return slot - n;
 }
 
-/* Pass 2 on the fast path for aligned rows and gradients: this thread's
- * whole chunks in reverse order (the most recently read first: likeliest
- * still in L2; then the ones kept in shared memory), XC_P2U loads issued
- * before any is used; the partial last chunk first, element by element;
- * the target's column written over by its owner at the end. */
+/* As xc_p2_batch for a row or a gradient row that is not 16-byte aligned
+ * (16-bit logits): the row's last whole chunk element by element (its
+ * straddling load could leave the row), the stores in aligned pieces. */
 template <class In, int OUT, int GM>
-__device__ __forceinline__ void xc_pass2_vec(const xc_params &k, const xc_gconst &gc,
+__device__ __forceinline__ int xc_p2_batch_u(const xc_gconst &gc, const typename In::raw *row,
+                                             uint16_t *grow, int slot, int nfull, bool vin,
+                                             bool vout, uint64_t pol) {
+    const int NT = blockDim.x, tid = threadIdx.x;
+    const int n = slot + 1 < XC_P2UU ? slot + 1 : XC_P2UU;
+    uint4 b[XC_P2UU];
+#pragma unroll
+    for (int u = 0; u < XC_P2UU; u++) {
+        if (u >= n) break;
+        const int c = tid + (slot - u) * NT;
+        if (vin) b[u] = xc_ld16(row + (int64_t)c * 8, pol);
+        else if (c < nfull - 1) b[u] = xc_ld16_u(row + (int64_t)c * 8, pol);
+        else xc_load_chunk<In, false, true>(row, c, pol, &b[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < XC_P2UU; u++) {
+        if (u >= n) break;
+        float z[8];
+        In::unpack(&b[u], z);
+        const uint4 g = xc_fast_grad8<OUT, GM>(gc, z);
+        uint16_t *q = grow + (int64_t)(tid + (slot - u) * NT) * 8;
+        if (vout) xc_st16(q, g, pol);
+        else xc_st16_u(q, g);
+    }
+    return slot - n;
+}
+
+/* Pass 2 on the fast path (16-bit gradient): this thread's whole chunks
+ * in reverse order (the most recently read first: likeliest still in L2;
+ * then the ones kept in shared memory), XC_P2U loads issued before any is
+ * used (U, a row or gradient row not 16-byte aligned: XC_P2UU, nothing
+ * from shared memory); the partial last chunk first, element by element;
+ * the target's column written over by its owner at the end. */
+template <class In, int OUT, int GM, bool U>
+__device__ __forceinline__ void xc_pass2_vec(int64_t V, const xc_gconst &gc,
                                              const typename In::raw *row, uint16_t *grow,
                                              const uint4 *stage, int kcap) {
-    const int nfull = (int)(k.V >> 3), NT = blockDim.x, tid = threadIdx.x;
+    const int nfull = (int)(V >> 3), NT = blockDim.x, tid = threadIdx.x;
     const uint64_t pol = xc_policy_first();
-    const int nv = (int)(k.V & 7);
+    const int nv = (int)(V & 7);
     if (nv && nfull % NT == tid) {
         const int64_t j0 = (int64_t)nfull * 8;
         float z[8];
@@ -456,16 +489,34 @@ __device__ __forceinline__ void xc_pass2_vec(const xc_params &k, const xc_gconst
         for (int i = 0; i < nv; i++) grow[j0 + i] = (uint16_t)(ws[i >> 1] >> (16 * (i & 1)));
     }
     int slot = tid < nfull ? (nfull - 1 - tid) / NT : -1; /* this thread's last chunk */
-    while (slot >= kcap) /* from global memory (mostly L2) */
-        slot = xc_p2_batch<In, OUT, GM, false>(gc, row, grow, stage, slot, kcap, pol);
-    while (slot >= 0) /* the chunks kept in shared memory */
-        slot = xc_p2_batch<In, OUT, GM, true>(gc, row, grow, stage, slot, 0, pol);
+    if constexpr (U) { /* unaligned: nothing kept on chip is used */
+        const bool vin = ((uintptr_t)row & 15) == 0, vout = ((uintptr_t)grow & 15) == 0;
+        while (slot >= 0)
+            slot = xc_p2_batch_u<In, OUT, GM>(gc, row, grow, slot, nfull, vin, vout, pol);
+    } else {
+        while (slot >= kcap) /* from global memory (mostly L2) */
+            slot = xc_p2_batch<In, OUT, GM, false>(gc, row, grow, stage, slot, kcap, pol);
+        while (slot >= 0) /* the chunks kept in shared memory */
+            slot = xc_p2_batch<In, OUT, GM, true>(gc, row, grow, stage, slot, 0, pol);
+    }
     if (gc.tl >= 0 && (gc.tl >> 3) % NT == tid) grow[gc.tl] = (uint16_t)gc.tbits;
 }
 
+/* xc_pass2_vec in the row's gradient form */
+template <class In, int OUT, bool U>
+__device__ __forceinline__ void xc_pass2_form(int64_t V, const xc_gconst &gc,
+                                              const typename In::raw *row, uint16_t *g16,
+                                              const uint4 *stage, int kcap) {
+    if (gc.gm == XC_GM_FUSED) xc_pass2_vec<In, OUT, XC_GM_FUSED, U>(V, gc, row, g16, stage, kcap);
+    else if (gc.gm == XC_GM_SHIFT) xc_pass2_vec<In, OUT, XC_GM_SHIFT, U>(V, gc, row, g16, stage, kcap);
+    else if (gc.gm == XC_GM_WIDE) xc_pass2_vec<In, OUT, XC_GM_WIDE, U>(V, gc, row, g16, stage, kcap);
+    else xc_pass2_vec<In, OUT, XC_GM_SCALED, U>(V, gc, row, g16, stage, kcap);
+}
+
 /* Pass 2 for this thread, chunks in reverse order (the most recently read
- * ones first: they are likeliest still in L2). */
-template <class In, int OUT, bool PRECISE>
+ * ones first: they are likeliest still in L2). AL: the host found every
+ * row and gradient row 16-byte aligned. */
+template <class In, int OUT, bool PRECISE, bool AL>
 __device__ __forceinline__ void xc_pass2(const xc_params &k, const xc_gconst &gc,
                                          const typename In::raw *row, void *grow,
                                          const uint4 *stage, int kcap) {
@@ -473,17 +524,19 @@ __device__ __forceinline__ void xc_pass2(const xc_params &k, const xc_gconst &gc
     const int NT = blockDim.x, tid = threadIdx.x;
     const int tc = gc.tl >= 0 ? (int)(gc.tl >> 3) : -1, to = (int)(gc.tl & 7);
     const int dt = k.grad_dtype;
-    const bool vin = ((uintptr_t)row & 15) == 0;
-    const bool vout = ((uintptr_t)grow & 15) == 0 && !PRECISE;
+    const bool vin = AL || ((uintptr_t)row & 15) == 0;
+    const bool vout = (AL || ((uintptr_t)grow & 15) == 0) && !PRECISE;
     if (!PRECISE && OUT != 0 && gc.kind == 0 && vin && vout) {
-        uint16_t *g16 = (uint16_t *)grow;
-        if (gc.gm == XC_GM_FUSED) xc_pass2_vec<In, OUT, XC_GM_FUSED>(k, gc, row, g16, stage, kcap);
-        else if (gc.gm == XC_GM_SHIFT) xc_pass2_vec<In, OUT, XC_GM_SHIFT>(k, gc, row, g16, stage, kcap);
-        else if (gc.gm == XC_GM_WIDE) xc_pass2_vec<In, OUT, XC_GM_WIDE>(k, gc, row, g16, stage, kcap);
-        else xc_pass2_vec<In, OUT, XC_GM_SCALED>(k, gc, row, g16, stage, kcap);
+        xc_pass2_form<In, OUT, false>(k.V, gc, row, (uint16_t *)grow, stage, kcap);
         return;
     }
-    /* everything else: constant rows, the precise path, unaligned rows */
+    if constexpr (In::VECS == 1 && !AL) {
+        if (!PRECISE && OUT != 0 && gc.kind == 0) {
+            xc_pass2_form<In, OUT, true>(k.V, gc, row, (uint16_t *)grow, stage, 0);
+            return;
+        }
+    }
+    /* everything else: constant rows, the precise path, unaligned fp32 rows */
     const uint64_t pol = xc_policy_first();
     if (tid >= nchunk) return;
     int slot = (nchunk - 1 - tid) / NT; /* this thread's last chunk */
@@ -543,7 +596,10 @@ struct xc_shared {
     xc_gconst gc;
 };
 
-template <class In, int OUT, bool PRECISE, bool EXTRA>
+/* AL: every row and gradient row is 16-byte aligned (checked on the host),
+ * so the kernel leaves out the paths for unaligned rows, which load and
+ * store the same bytes in other ways (the same sums and bits). */
+template <class In, int OUT, bool PRECISE, bool EXTRA, bool AL>
 __global__ void __launch_bounds__(1024) xc_row_kernel(const xc_params k) {
     __shared__ xc_shared sh;
     extern __shared__ uint4 xc_stage[]; /* [kcap][NT][VECS] staged chunks */
@@ -562,7 +618,7 @@ __global__ void __launch_bounds__(1024) xc_row_kernel(const xc_params k) {
             }
             __syncthreads();
             const xc_gconst gc = sh.gc;
-            xc_pass2<In, OUT, PRECISE>(k, gc, row, grow, xc_stage, 0);
+            xc_pass2<In, OUT, PRECISE, AL>(k, gc, row, grow, xc_stage, 0);
             __syncthreads();
             continue;
         }
@@ -572,9 +628,9 @@ __global__ void __launch_bounds__(1024) xc_row_kernel(const xc_params k) {
         xc_acc a;
         xc_acc_init(a);
         /* chunks per thread kept in shared memory (aligned rows only) */
-        const int kcap = ((uintptr_t)row & 15) == 0
-                             ? (int)(k.stage_bytes / (16 * In::VECS * (int64_t)blockDim.x)) : 0;
-        if (((uintptr_t)row & 15) == 0)
+        const bool vrow = AL || ((uintptr_t)row & 15) == 0;
+        const int kcap = vrow ? (int)(k.stage_bytes / (16 * In::VECS * (int64_t)blockDim.x)) : 0;
+        if (vrow)
             xc_pass1<In, PRECISE, EXTRA || PRECISE, true, HINT>(k, a, row, w.tl, xc_stage, kcap);
         else
             xc_pass1<In, PRECISE, EXTRA || PRECISE, false, HINT>(k, a, row, w.tl, xc_stage, 0);
@@ -616,6 +672,8 @@ __global__ void __launch_bounds__(1024) xc_row_kernel(const xc_params k) {
             p.flags = (own ? 1 : 0) | (nf ? 2 : 0);
             if (k.mode == XC_MODE_PART) {
                 k.partial[r] = p;
+            } else if (k.mode == XC_MODE_STAT) {
+                k.rowstat[r] = xc_rowstat_of(p);
             } else {
                 xc_out o = xc_finish(k, w, &p, 1, 0);
                 xc_emit(k, r, o);
@@ -626,7 +684,7 @@ __global__ void __launch_bounds__(1024) xc_row_kernel(const xc_params k) {
         if (k.mode == XC_MODE_FWD && k.grad) {
             __syncthreads();
             const xc_gconst gc = sh.gc;
-            xc_pass2<In, OUT, PRECISE>(k, gc, row, grow, xc_stage, kcap);
+            xc_pass2<In, OUT, PRECISE, AL>(k, gc, row, grow, xc_stage, kcap);
         }
         __syncthreads();
     }
@@ -688,6 +746,22 @@ __global__ void xc_combine_kernel(const xc_params k) {
     }
 }
 
+/* Forward only: finishes each row from its 16-byte statistics (STAT mode
+ * of the row kernels) with xc_finish, as the row kernel would have. acc
+ * may be the same memory as rowstat: each thread reads its row's record
+ * before it writes that row's acc. */
+__global__ void xc_stat_kernel(const xc_params k) {
+    for (int64_t r = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; r < k.T;
+         r += (int64_t)gridDim.x * blockDim.x) {
+        const xc_rowstat rs = k.rowstat[r];
+        asm volatile("" ::: "memory"); /* the read stays before acc[r]'s write */
+        const xent_ce_partial p = xc_partial_of(rs);
+        const xc_row w = xc_row_info(k, r);
+        const xc_out o = xc_finish(k, w, &p, 1, 0);
+        xc_emit(k, r, o);
+    }
+}
+
 /* One block; thread t sums the rows [t T / n, (t+1) T / n) in order, then
  * a fixed butterfly. */
 __global__ void __launch_bounds__(1024) xc_reduce_kernel(const xc_params k, float *loss,
@@ -744,18 +818,41 @@ static int xc_smem_pad(int block, int wide) {
     return wide ? 0 : block / 32 * 4500;
 }
 
-template <class In, int OUT, bool PRECISE, bool EXTRA>
-static int xc_go(const xc_params *p, int block, cudaStream_t s) {
+/* Every row of the logits and of the gradient (when written) 16-byte
+ * aligned: base and leading dimension. */
+static int xc_all_aligned(const xc_params *p) {
+    const int64_t es = p->in_dtype == XENT_F32 ? 4 : 2;
+    if (((uintptr_t)p->logits & 15) || (p->ld * es) % 16) return 0;
+    if (p->grad && (p->mode == XC_MODE_FWD || p->mode == XC_MODE_BWD)) {
+        const int64_t gs = p->grad_dtype == XENT_F32 ? 4 : 2;
+        if (((uintptr_t)p->grad & 15) || (p->ld_grad * gs) % 16) return 0;
+    }
+    return 1;
+}
+
+template <class In, int OUT, bool PRECISE, bool EXTRA, bool AL>
+static int xc_go_al(const xc_params *p, int block, cudaStream_t s) {
     const int pad = (p->grad && p->mode == XC_MODE_FWD) ? xc_smem_pad(block, In::VECS > 1) : 0;
     if (pad > 48 * 1024) {
-        cudaError_t e = cudaFuncSetAttribute(xc_row_kernel<In, OUT, PRECISE, EXTRA>,
+        cudaError_t e = cudaFuncSetAttribute(xc_row_kernel<In, OUT, PRECISE, EXTRA, AL>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, pad);
         if (e != cudaSuccess) return (int)e;
     }
     xc_params q = *p;
     q.stage_bytes = (q.grad && q.mode == XC_MODE_FWD) ? pad : 0;
-    xc_row_kernel<In, OUT, PRECISE, EXTRA><<<xc_grid(p->T), block, pad, s>>>(q);
+    xc_row_kernel<In, OUT, PRECISE, EXTRA, AL><<<xc_grid(p->T), block, pad, s>>>(q);
     return (int)cudaGetLastError();
+}
+
+/* The fast path with a gradient in two builds, for all rows aligned or
+ * not (the one for aligned rows leaves out the unaligned pass 2, whose
+ * registers cost the aligned path 3%: bench/RESULTS.md); the others in one
+ * (without a gradient, the aligned-only build ran 5% more instructions). */
+template <class In, int OUT, bool PRECISE, bool EXTRA>
+static int xc_go(const xc_params *p, int block, cudaStream_t s) {
+    if constexpr (!PRECISE && OUT != 0)
+        if (xc_all_aligned(p)) return xc_go_al<In, OUT, PRECISE, EXTRA, true>(p, block, s);
+    return xc_go_al<In, OUT, PRECISE, EXTRA, false>(p, block, s);
 }
 
 template <class In>
@@ -795,20 +892,20 @@ static int xc_any_rows(const xc_params *p, int block, cudaStream_t s) {
 
 int xc_launch_rows(const xc_params *p, int block, void *stream) {
     cudaStream_t s = (cudaStream_t)stream;
-    if (p->mode == XC_MODE_FWD && !p->grad && p->partial) {
+    if (p->mode == XC_MODE_FWD && !p->grad && p->rowstat) {
         /* forward only, with scratch from the caller: the rows' statistics
-         * go there (partial mode: the same kernel, so the same sums) and
-         * one thread a row finishes them (xc_finish: the same arithmetic
-         * and bits as the finish inside the row kernels), so that no block
+         * go there (STAT mode: the same kernel, so the same sums) and one
+         * thread a row finishes them (xc_finish: the same arithmetic and
+         * bits as the finish inside the row kernels), so that no block
          * waits on one thread's finish in double */
         xc_params q = *p;
-        q.mode = XC_MODE_PART;
+        q.mode = XC_MODE_STAT;
         const int e = xc_any_rows(&q, block, s);
         if (e != 0) return e;
-        q = *p;
-        q.parts = p->partial;
-        q.nshards = 1;
-        return xc_launch_combine(&q, stream);
+        int64_t blocks = (p->T + 127) / 128;
+        if (blocks < 1) blocks = 1;
+        xc_stat_kernel<<<xc_grid(blocks), 128, 0, s>>>(*p);
+        return (int)cudaGetLastError();
     }
     return xc_any_rows(p, block, s);
 }

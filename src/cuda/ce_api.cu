@@ -17,8 +17,9 @@ static thread_local int g_check_labels = 1;
 
 /* Block size of the row kernel: XENT_CUDA_BLOCK (64..1024, a multiple of
  * 32) if set, else a function of V alone (about 62 chunks of 8 columns per
- * thread, 128..256 threads: four blocks per multiprocessor; 512 measured 12%
- * slower forward-only and no faster with a gradient, bench/RESULTS.md), so
+ * thread, 64..256 threads: 1024 threads per multiprocessor; 512 measured 12%
+ * slower forward-only and no faster with a gradient, and at V = 32000 64
+ * measured faster than 128, bench/RESULTS.md), so
  * that every call on the same row (xent_cuda_ce, _logprobs, _shard_stats)
  * sums in the same order: per-row results are bitwise the same whatever T,
  * the row's position and the entry point. */
@@ -27,7 +28,7 @@ int xc_block(int64_t V) {
     int v = s ? atoi(s) : 0;
     if (v >= 64 && v <= 1024 && v % 32 == 0) return v;
     int64_t nt = (V / 512 + 31) / 32 * 32;
-    return nt < 128 ? 128 : (nt > 256 ? 256 : (int)nt);
+    return nt < 64 ? 64 : (nt > 256 ? 256 : (int)nt);
 }
 
 xent_status xc_cuda(cudaError_t e, const char *what) {
@@ -180,25 +181,30 @@ cudaError_t xc_malloc_async(void **ptr, size_t bytes, cudaStream_t s) {
 typedef struct xc_scratch {
     xc_label_rec *rec;     /* device, 16 bytes      */
     xc_row_acc *acc;       /* device, [T] or NULL   */
-    xent_ce_partial *part; /* device, [T] or NULL   */
+    xc_rowstat *stat;      /* device, [T] or NULL: the same memory as acc */
     cudaStream_t s;
 } xc_scratch;
 
-static xent_status xc_scratch_get(xc_scratch *sc, int64_t T, int want_acc, int want_part,
+static_assert(sizeof(xc_row_acc) == 16 && sizeof(xc_rowstat) == 16,
+              "a row's scratch is 16 bytes");
+
+/* The label record (16 bytes) and, when asked for, 16 bytes a row: the
+ * reductions' per-row values (acc) and the forward-only row statistics
+ * (stat) share them (xc_stat_kernel reads a row's statistics, then writes
+ * its acc over them). */
+static xent_status xc_scratch_get(xc_scratch *sc, int64_t T, int want_acc, int want_stat,
                                   cudaStream_t s) {
     sc->rec = NULL;
     sc->acc = NULL;
-    sc->part = NULL;
+    sc->stat = NULL;
     sc->s = s;
-    const size_t acc_bytes = want_acc ? (size_t)T * sizeof(xc_row_acc) : 0;
-    size_t bytes = sizeof(xc_label_rec) + acc_bytes +
-                   (want_part ? (size_t)T * sizeof(xent_ce_partial) : 0);
+    const size_t row_bytes = (want_acc || want_stat) ? (size_t)T * 16 : 0;
     void *p = NULL;
-    cudaError_t e = xc_malloc_async(&p, bytes, s);
+    cudaError_t e = xc_malloc_async(&p, sizeof(xc_label_rec) + row_bytes, s);
     if (e != cudaSuccess) return xc_cuda(e, "cudaMallocAsync (scratch)");
     sc->rec = (xc_label_rec *)p;
     if (want_acc) sc->acc = (xc_row_acc *)((char *)p + 16);
-    if (want_part) sc->part = (xent_ce_partial *)((char *)p + 16 + acc_bytes);
+    if (want_stat) sc->stat = (xc_rowstat *)((char *)p + 16);
     return XENT_OK;
 }
 
@@ -292,18 +298,19 @@ static xent_status xc_forward(const char *fn, xc_params *p, xent_ce_output *out,
                               int combine, cudaStream_t s) {
     const int want_acc = (out->loss && p->reduction != XENT_REDUCE_NONE) ||
                          out->n_counted || out->n_nonfinite;
-    /* forward only: the row kernel leaves each row's statistics (48
-     * bytes) for a second kernel to finish (xc_launch_rows) */
-    const int want_part = !combine && !p->grad && p->mode == XC_MODE_FWD;
+    xc_set_outputs(p, out);
+    /* forward only without entropy or smoothing: the row kernel leaves
+     * each row's statistics (16 bytes) for a second kernel to finish
+     * (xc_launch_rows); with them, the row kernel finishes its rows */
+    const int want_stat = !combine && !p->grad && p->mode == XC_MODE_FWD && !p->extra;
     xc_scratch sc;
-    xent_status st = xc_scratch_get(&sc, p->T, want_acc, want_part, s);
+    xent_status st = xc_scratch_get(&sc, p->T, want_acc, want_stat, s);
     if (st != XENT_OK) return st;
     st = xc_labels(fn, p, &sc);
     if (st == XENT_OK) {
         p->rec = sc.rec;
         p->acc = sc.acc;
-        p->partial = sc.part;
-        xc_set_outputs(p, out);
+        p->rowstat = sc.stat;
         int e = combine ? xc_launch_combine(p, s) : xc_launch_rows(p, xc_block(p->V), s);
         st = xc_cuda((cudaError_t)e, combine ? "combine kernel" : "row kernel");
     }

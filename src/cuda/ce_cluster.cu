@@ -1,7 +1,8 @@
 /* src/cuda/ce_cluster.cu: the on-chip row kernel. bf16/f16 logits on the
  * fast path (no softcap; gradient bf16/f16 or none), forward (with or
- * without the gradient) and shard statistics, for V up to 32768 (one block
- * holds the row); larger V takes the streaming kernel of ce.cu.
+ * without the gradient) and shard statistics, for V up to 16384 by default
+ * (one block holds the row; up to 32768 when XENT_CUDA_CLUSTER asks);
+ * larger V takes the streaming kernel of ce.cu.
  *
  * Each row is read from memory once. The row is cut into C slices of whole
  * 8-column chunks (slice q: chunks [q P, (q + 1) P), P = ceil(ceil(V / 8) /
@@ -37,6 +38,7 @@ namespace cg = cooperative_groups;
 
 #define XQ_MAX_NT 256
 #define XQ_SLICE_BYTES 65536 /* slices up to 64 KiB (3 blocks per SM) */
+#define XQ_DEFAULT_MAX_V 16384 /* the default plan's largest V */
 
 /* What a block tells the others after pass 0 (16 bytes) and after pass 1
  * (32 bytes). */
@@ -545,6 +547,8 @@ __global__ void __launch_bounds__(XQ_MAX_NT, 3) xq_row_kernel(const xc_params k,
             p.flags = rflags & 3;
             if (k.mode == XC_MODE_PART) {
                 if (q == 0) k.partial[r] = p;
+            } else if (k.mode == XC_MODE_STAT) {
+                if (q == 0) k.rowstat[r] = xc_rowstat_of(p);
             } else {
                 const xc_out o = xc_finish(k, w, &p, 1, 0);
                 if (q == 0) xc_emit(k, r, o);
@@ -580,9 +584,12 @@ __global__ void __launch_bounds__(XQ_MAX_NT, 3) xq_row_kernel(const xc_params k,
 /* ------------------------------------------------------------------ */
 
 /* The launch plan for V (16-bit logits): cluster size C, block size NT and
- * chunks per slice P. By default C = 1: one block holds the whole row (V up
- * to 32768; larger V goes to the streaming kernel of ce.cu, which measured
- * faster than clusters of 2 to 8 blocks: bench/RESULTS.md). XENT_CUDA_CLUSTER
+ * chunks per slice P. By default C = 1: one block holds the whole row, for V
+ * up to XQ_DEFAULT_MAX_V; larger V goes to the streaming kernel of ce.cu,
+ * which measured faster than clusters of 2 to 8 blocks, and at V = 32000
+ * faster than one block a row (forward-only 0.68 against 0.90-0.97 ms at T
+ * = 32768; at V = 16384 and 8192 this kernel was faster with a gradient:
+ * bench/RESULTS.md). XENT_CUDA_CLUSTER
  * = C[:NT[:G]] forces a plan (C = 1, 2, 4 or 8; 0 turns this kernel off; G
  * caps the number of clusters, so that each does many rows: for the tests).
  * Returns 0 when the kernel does not apply. */
@@ -607,7 +614,10 @@ static int xq_plan(int64_t V, xq_plan_t *pl) {
         if (c != 1 && c != 2 && c != 4 && c != 8) c = 0;
         if (nt < 32 || nt > XQ_MAX_NT || nt % 32) nt = 0;
     }
-    if (!c) c = 1;
+    if (!c) {
+        if (V > XQ_DEFAULT_MAX_V) return 0;
+        c = 1;
+    }
     const int64_t p = (nchunk + c - 1) / c;
     if (p * 16 > XQ_SLICE_BYTES) return 0;
     if (!nt) { /* about 16 chunks per thread */
@@ -665,7 +675,8 @@ static int xq_out(const xc_params *p, const xq_plan_t &pl, cudaStream_t s) {
 }
 
 int xq_launch_rows(const xc_params *p, void *stream) {
-    if (p->mode != XC_MODE_FWD && p->mode != XC_MODE_PART) return -1;
+    if (p->mode != XC_MODE_FWD && p->mode != XC_MODE_PART && p->mode != XC_MODE_STAT)
+        return -1;
     if (p->in_dtype != XENT_BF16 && p->in_dtype != XENT_F16) return -1;
     if (p->softcap != 0) return -1;
     if (p->grad && p->mode == XC_MODE_FWD && p->grad_dtype != XENT_BF16 &&

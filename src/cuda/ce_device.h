@@ -188,6 +188,66 @@ __device__ __forceinline__ void xc_st16(void *ptr, uint4 v, uint64_t pol) {
                  : "memory");
 }
 
+/* ------------------------------------------------------------------ */
+/* Rows of 16-bit values that are not 16-byte aligned: a chunk of 8    */
+/* columns at a 2-byte-aligned address p (p mod 16 = o, the same for   */
+/* every chunk of the row) is loaded from the two aligned blocks it    */
+/* straddles and stored in naturally aligned pieces. The same 16 bytes */
+/* as element by element, so the same chunk and the same sums.         */
+/* ------------------------------------------------------------------ */
+
+/* Bytes [o, o + 16) of the 32 bytes lo, hi (o even). */
+__device__ __forceinline__ uint4 xc_funnel16(const uint4 &lo, const uint4 &hi, uint32_t o) {
+    uint32_t w0 = lo.x, w1 = lo.y, w2 = lo.z, w3 = lo.w, w4 = hi.x, w5 = hi.y, w6 = hi.z,
+             w7 = hi.w;
+    if (o & 8) { w0 = w2; w1 = w3; w2 = w4; w3 = w5; w4 = w6; w5 = w7; }
+    if (o & 4) { w0 = w1; w1 = w2; w2 = w3; w3 = w4; w4 = w5; }
+    if (o & 2) {
+        w0 = __funnelshift_r(w0, w1, 16);
+        w1 = __funnelshift_r(w1, w2, 16);
+        w2 = __funnelshift_r(w2, w3, 16);
+        w3 = __funnelshift_r(w3, w4, 16);
+    }
+    return make_uint4(w0, w1, w2, w3);
+}
+
+/* The 16 bytes at p (o != 0). Both blocks are read, so the caller keeps
+ * the last chunk of its memory off this path: the second block may
+ * reach up to 14 bytes past the chunk. */
+__device__ __forceinline__ uint4 xc_ld16_u(const void *p, uint64_t pol) {
+    const uintptr_t a = (uintptr_t)p;
+    const uint4 *q = (const uint4 *)(a & ~(uintptr_t)15);
+    return xc_funnel16(xc_ld16(q, pol), xc_ld16(q + 1, pol), (uint32_t)(a & 15));
+}
+
+__device__ __forceinline__ void xc_st32(uintptr_t a, uint32_t x) { *(uint32_t *)a = x; }
+__device__ __forceinline__ void xc_st64(uintptr_t a, uint32_t x, uint32_t y) {
+    *(uint2 *)a = make_uint2(x, y);
+}
+/* Words x, y, z (and w when four) at a 4-byte-aligned address a that is
+ * not 16-byte aligned (four) or any (three). */
+__device__ __forceinline__ void xc_st_words3(uintptr_t a, uint32_t x, uint32_t y, uint32_t z) {
+    if (a & 4) { xc_st32(a, x); xc_st64(a + 4, y, z); }
+    else { xc_st64(a, x, y); xc_st32(a + 8, z); }
+}
+/* The 16 bytes v at p (o != 0): 2 to 4 stores, no byte outside them. */
+__device__ __forceinline__ void xc_st16_u(void *p, uint4 v) {
+    const uintptr_t a = (uintptr_t)p;
+    if (a & 2) {
+        *(uint16_t *)a = (uint16_t)v.x;
+        xc_st_words3(a + 2, __funnelshift_r(v.x, v.y, 16), __funnelshift_r(v.y, v.z, 16),
+                     __funnelshift_r(v.z, v.w, 16));
+        *(uint16_t *)(a + 14) = (uint16_t)(v.w >> 16);
+    } else if (a & 4) {
+        xc_st32(a, v.x);
+        xc_st64(a + 4, v.y, v.z);
+        xc_st32(a + 12, v.w);
+    } else {
+        xc_st64(a, v.x, v.y);
+        xc_st64(a + 8, v.z, v.w);
+    }
+}
+
 /* 2^x, MUFU approximation (relative error about 2 ulp of fp32), subnormal
  * results kept (no flush to zero). */
 __device__ __forceinline__ float xc_ex2(float x) {

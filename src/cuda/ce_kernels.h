@@ -7,7 +7,22 @@
 
 #include <stdint.h>
 
-enum { XC_MODE_FWD = 0, XC_MODE_PART = 1, XC_MODE_BWD = 2 };
+/* FWD: outputs (and the gradient, if any); PART: shard statistics into
+ * `partial`; BWD: the gradient from saved statistics; STAT: forward only,
+ * each row's statistics into `rowstat` for xc_stat_kernel to finish. */
+enum { XC_MODE_FWD = 0, XC_MODE_PART = 1, XC_MODE_BWD = 2, XC_MODE_STAT = 3 };
+
+/* A row's statistics in 16 bytes (forward only, without entropy or label
+ * smoothing, whose sums it leaves out): the same values as the
+ * xent_ce_partial the row kernel would write, each exactly (max and target
+ * are raw logits, so floats). Flags ride on NaN: max NaN, a non-finite
+ * row (flags bit 1; then nothing else is read); target NaN, the row's
+ * target was not seen (flags bit 0 clear). */
+typedef struct xc_rowstat {
+    double sum;   /* xent_ce_partial.sum */
+    float max;    /* xent_ce_partial.max, or NaN */
+    float target; /* xent_ce_partial.target, or NaN */
+} xc_rowstat;
 
 /* Per-row values kept for the fixed-order reductions (16 bytes a row). */
 typedef struct xc_row_acc {
@@ -39,10 +54,13 @@ typedef struct xc_params {
     float *loss_rows;            /* [T] (reduction NONE)                   */
     float *nll, *logprob, *lse, *entropy; /* [T]                           */
     xent_ce_stats *stats;        /* [T]                                    */
-    xent_ce_partial *partial;    /* [T] (shard statistics mode; forward only
-                                    without a gradient: scratch for the rows'
-                                    statistics, finished by the combine
-                                    kernel: xc_launch_rows) */
+    xent_ce_partial *partial;    /* [T] (PART mode)                        */
+    xc_rowstat *rowstat;         /* [T] forward only, no gradient, no extra:
+                                    scratch for the rows' statistics (STAT
+                                    mode, then xc_stat_kernel; xc_launch_rows).
+                                    May be the same memory as acc: the finish
+                                    reads a row's record before it writes
+                                    acc[r] over it */
     xc_row_acc *acc;             /* [T] for the reductions, or NULL        */
     const xc_label_rec *rec;     /* label pass result (MEAN's count)       */
     /* gradient */

@@ -140,6 +140,27 @@ static __device__ xc_out xc_finish(const xc_params &k, const xc_row &w,
     return o;
 }
 
+/* A block's row statistics to 16 bytes and back (xc_rowstat: exact for
+ * every field a row without entropy or smoothing reads). */
+__device__ __forceinline__ xc_rowstat xc_rowstat_of(const xent_ce_partial &p) {
+    xc_rowstat s;
+    s.sum = p.sum;
+    s.max = (p.flags & 2) ? NAN : (float)p.max;
+    s.target = (p.flags & 1) ? (float)p.target : NAN;
+    return s;
+}
+__device__ __forceinline__ xent_ce_partial xc_partial_of(const xc_rowstat &s) {
+    xent_ce_partial p;
+    const bool nf = isnan(s.max), own = !isnan(s.target);
+    p.max = nf ? -INFINITY : (double)s.max;
+    p.sum = s.sum;
+    p.sumx = 0;
+    p.zsum = 0;
+    p.target = own ? (double)s.target : 0.0;
+    p.flags = (own ? 1 : 0) | (nf ? 2 : 0);
+    return p;
+}
+
 static __device__ void xc_emit(const xc_params &k, int64_t r, const xc_out &o) {
     if (k.nll) k.nll[r] = (float)o.nll;
     if (k.logprob) k.logprob[r] = (float)(-o.nll) + 0.0f;
