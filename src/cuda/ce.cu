@@ -407,60 +407,45 @@ __device__ __forceinline__ uint32_t xc_precise_grad1(const xc_params &k,
 
 /* Up to XC_P2U of this thread's chunks, slots slot, slot - 1, ... >= lo:
  * all loads issued, then each chunk's gradient stored. Returns the next
- * slot. */
-template <class In, int OUT, int GM, bool ON_CHIP>
+ * slot. U: a row (vin false) or gradient row (vout false) that is not
+ * 16-byte aligned, 16-bit logits: XC_P2UU chunks, each loaded from the two
+ * aligned blocks it straddles (the row's last whole chunk, nfull - 1,
+ * element by element: its second block could leave the row) and stored in
+ * aligned pieces. */
+template <class In, int OUT, int GM, bool ON_CHIP, bool U>
 __device__ __forceinline__ int xc_p2_batch(const xc_gconst &gc, const typename In::raw *row,
                                            uint16_t *grow, const uint4 *stage, int slot,
-                                           int lo, uint64_t pol) {
+                                           int lo, uint64_t pol, int nfull, bool vin,
+                                           bool vout) {
+    constexpr int NB = U ? XC_P2UU : XC_P2U;
     const int NT = blockDim.x, tid = threadIdx.x;
-    const int n = slot - lo + 1 < XC_P2U ? slot - lo + 1 : XC_P2U;
-    uint4 b[XC_P2U][In::VECS];
+    const int n = slot - lo + 1 < NB ? slot - lo + 1 : NB;
+    uint4 b[NB][In::VECS];
 #pragma unroll
-    for (int u = 0; u < XC_P2U; u++) {
+    for (int u = 0; u < NB; u++) {
         if (u >= n) break;
-        const int sl = slot - u;
+        const int sl = slot - u, c = tid + sl * NT;
+        if (ON_CHIP) {
 #pragma unroll
-        for (int v = 0; v < In::VECS; v++)
-            b[u][v] = ON_CHIP ? stage[(sl * NT + tid) * In::VECS + v]
-                              : xc_ld16(row + (int64_t)(tid + sl * NT) * 8 + v * (8 / In::VECS),
-                                        pol);
+            for (int v = 0; v < In::VECS; v++) b[u][v] = stage[(sl * NT + tid) * In::VECS + v];
+        } else if (!U || vin) {
+#pragma unroll
+            for (int v = 0; v < In::VECS; v++)
+                b[u][v] = xc_ld16(row + (int64_t)c * 8 + v * (8 / In::VECS), pol);
+        } else if (c < nfull - 1) {
+            b[u][0] = xc_ld16_u(row + (int64_t)c * 8, pol);
+        } else {
+            xc_load_chunk<In, false, true>(row, c, pol, b[u]);
+        }
     }
 #pragma unroll
-    for (int u = 0; u < XC_P2U; u++) {
+    for (int u = 0; u < NB; u++) {
         if (u >= n) break;
         float z[8];
         In::unpack(b[u], z);
-        xc_st16(grow + (int64_t)(tid + (slot - u) * NT) * 8, xc_fast_grad8<OUT, GM>(gc, z), pol);
-    }
-    return slot - n;
-}
-
-/* As xc_p2_batch for a row or a gradient row that is not 16-byte aligned
- * (16-bit logits): the row's last whole chunk element by element (its
- * straddling load could leave the row), the stores in aligned pieces. */
-template <class In, int OUT, int GM>
-__device__ __forceinline__ int xc_p2_batch_u(const xc_gconst &gc, const typename In::raw *row,
-                                             uint16_t *grow, int slot, int nfull, bool vin,
-                                             bool vout, uint64_t pol) {
-    const int NT = blockDim.x, tid = threadIdx.x;
-    const int n = slot + 1 < XC_P2UU ? slot + 1 : XC_P2UU;
-    uint4 b[XC_P2UU];
-#pragma unroll
-    for (int u = 0; u < XC_P2UU; u++) {
-        if (u >= n) break;
-        const int c = tid + (slot - u) * NT;
-        if (vin) b[u] = xc_ld16(row + (int64_t)c * 8, pol);
-        else if (c < nfull - 1) b[u] = xc_ld16_u(row + (int64_t)c * 8, pol);
-        else xc_load_chunk<In, false, true>(row, c, pol, &b[u]);
-    }
-#pragma unroll
-    for (int u = 0; u < XC_P2UU; u++) {
-        if (u >= n) break;
-        float z[8];
-        In::unpack(&b[u], z);
         const uint4 g = xc_fast_grad8<OUT, GM>(gc, z);
         uint16_t *q = grow + (int64_t)(tid + (slot - u) * NT) * 8;
-        if (vout) xc_st16(q, g, pol);
+        if (!U || vout) xc_st16(q, g, pol);
         else xc_st16_u(q, g);
     }
     return slot - n;
@@ -492,12 +477,15 @@ __device__ __forceinline__ void xc_pass2_vec(int64_t V, const xc_gconst &gc,
     if constexpr (U) { /* unaligned: nothing kept on chip is used */
         const bool vin = ((uintptr_t)row & 15) == 0, vout = ((uintptr_t)grow & 15) == 0;
         while (slot >= 0)
-            slot = xc_p2_batch_u<In, OUT, GM>(gc, row, grow, slot, nfull, vin, vout, pol);
+            slot = xc_p2_batch<In, OUT, GM, false, true>(gc, row, grow, stage, slot, 0, pol,
+                                                         nfull, vin, vout);
     } else {
         while (slot >= kcap) /* from global memory (mostly L2) */
-            slot = xc_p2_batch<In, OUT, GM, false>(gc, row, grow, stage, slot, kcap, pol);
+            slot = xc_p2_batch<In, OUT, GM, false, false>(gc, row, grow, stage, slot, kcap, pol,
+                                                          nfull, true, true);
         while (slot >= 0) /* the chunks kept in shared memory */
-            slot = xc_p2_batch<In, OUT, GM, true>(gc, row, grow, stage, slot, 0, pol);
+            slot = xc_p2_batch<In, OUT, GM, true, false>(gc, row, grow, stage, slot, 0, pol,
+                                                         nfull, true, true);
     }
     if (gc.tl >= 0 && (gc.tl >> 3) % NT == tid) grow[gc.tl] = (uint16_t)gc.tbits;
 }
