@@ -224,8 +224,8 @@ __device__ __forceinline__ void xc_st32(uintptr_t a, uint32_t x) { *(uint32_t *)
 __device__ __forceinline__ void xc_st64(uintptr_t a, uint32_t x, uint32_t y) {
     *(uint2 *)a = make_uint2(x, y);
 }
-/* Words x, y, z (and w when four) at a 4-byte-aligned address a that is
- * not 16-byte aligned (four) or any (three). */
+/* Words x, y, z at a 4-byte-aligned address a: an 8-byte store where a
+ * is 8-byte aligned. */
 __device__ __forceinline__ void xc_st_words3(uintptr_t a, uint32_t x, uint32_t y, uint32_t z) {
     if (a & 4) { xc_st32(a, x); xc_st64(a + 4, y, z); }
     else { xc_st64(a, x, y); xc_st32(a + 8, z); }
