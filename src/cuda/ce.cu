@@ -460,7 +460,8 @@ __device__ __forceinline__ int xc_p2_batch(const xc_gconst &gc, const typename I
 template <class In, int OUT, int GM, bool U>
 __device__ __forceinline__ void xc_pass2_vec(int64_t V, const xc_gconst &gc,
                                              const typename In::raw *row, uint16_t *grow,
-                                             const uint4 *stage, int kcap) {
+                                             const uint4 *stage, int kcap, bool vin,
+                                             bool vout) {
     const int nfull = (int)(V >> 3), NT = blockDim.x, tid = threadIdx.x;
     const uint64_t pol = xc_policy_first();
     const int nv = (int)(V & 7);
@@ -475,30 +476,33 @@ __device__ __forceinline__ void xc_pass2_vec(int64_t V, const xc_gconst &gc,
     }
     int slot = tid < nfull ? (nfull - 1 - tid) / NT : -1; /* this thread's last chunk */
     if constexpr (U) { /* unaligned: nothing kept on chip is used */
-        const bool vin = ((uintptr_t)row & 15) == 0, vout = ((uintptr_t)grow & 15) == 0;
         while (slot >= 0)
             slot = xc_p2_batch<In, OUT, GM, false, true>(gc, row, grow, stage, slot, 0, pol,
                                                          nfull, vin, vout);
     } else {
         while (slot >= kcap) /* from global memory (mostly L2) */
             slot = xc_p2_batch<In, OUT, GM, false, false>(gc, row, grow, stage, slot, kcap, pol,
-                                                          nfull, true, true);
+                                                          nfull, vin, vout);
         while (slot >= 0) /* the chunks kept in shared memory */
             slot = xc_p2_batch<In, OUT, GM, true, false>(gc, row, grow, stage, slot, 0, pol,
-                                                         nfull, true, true);
+                                                         nfull, vin, vout);
     }
     if (gc.tl >= 0 && (gc.tl >> 3) % NT == tid) grow[gc.tl] = (uint16_t)gc.tbits;
 }
 
-/* xc_pass2_vec in the row's gradient form */
+/* xc_pass2_vec in the row's gradient form (vin, vout: the row and the
+ * gradient row 16-byte aligned; both when !U) */
 template <class In, int OUT, bool U>
 __device__ __forceinline__ void xc_pass2_form(int64_t V, const xc_gconst &gc,
                                               const typename In::raw *row, uint16_t *g16,
-                                              const uint4 *stage, int kcap) {
-    if (gc.gm == XC_GM_FUSED) xc_pass2_vec<In, OUT, XC_GM_FUSED, U>(V, gc, row, g16, stage, kcap);
-    else if (gc.gm == XC_GM_SHIFT) xc_pass2_vec<In, OUT, XC_GM_SHIFT, U>(V, gc, row, g16, stage, kcap);
-    else if (gc.gm == XC_GM_WIDE) xc_pass2_vec<In, OUT, XC_GM_WIDE, U>(V, gc, row, g16, stage, kcap);
-    else xc_pass2_vec<In, OUT, XC_GM_SCALED, U>(V, gc, row, g16, stage, kcap);
+                                              const uint4 *stage, int kcap, bool vin,
+                                              bool vout) {
+#define XC_P2V(GM) xc_pass2_vec<In, OUT, GM, U>(V, gc, row, g16, stage, kcap, vin, vout)
+    if (gc.gm == XC_GM_FUSED) XC_P2V(XC_GM_FUSED);
+    else if (gc.gm == XC_GM_SHIFT) XC_P2V(XC_GM_SHIFT);
+    else if (gc.gm == XC_GM_WIDE) XC_P2V(XC_GM_WIDE);
+    else XC_P2V(XC_GM_SCALED);
+#undef XC_P2V
 }
 
 /* Pass 2 for this thread, chunks in reverse order (the most recently read
@@ -515,12 +519,12 @@ __device__ __forceinline__ void xc_pass2(const xc_params &k, const xc_gconst &gc
     const bool vin = AL || ((uintptr_t)row & 15) == 0;
     const bool vout = (AL || ((uintptr_t)grow & 15) == 0) && !PRECISE;
     if (!PRECISE && OUT != 0 && gc.kind == 0 && vin && vout) {
-        xc_pass2_form<In, OUT, false>(k.V, gc, row, (uint16_t *)grow, stage, kcap);
+        xc_pass2_form<In, OUT, false>(k.V, gc, row, (uint16_t *)grow, stage, kcap, true, true);
         return;
     }
     if constexpr (In::VECS == 1 && !AL) {
         if (!PRECISE && OUT != 0 && gc.kind == 0) {
-            xc_pass2_form<In, OUT, true>(k.V, gc, row, (uint16_t *)grow, stage, 0);
+            xc_pass2_form<In, OUT, true>(k.V, gc, row, (uint16_t *)grow, stage, 0, vin, vout);
             return;
         }
     }
