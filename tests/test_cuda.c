@@ -1020,6 +1020,114 @@ TEST(cuda_nonfinite_rows) {
     free_inputs(&in);
 }
 
+/* The ring kernel (src/cuda/ce_ring.cu: rows read once, held in shared
+ * memory and registers; 16-bit logits and gradient, aligned rows, no
+ * entropy), forced on by XENT_CUDA_RING=1 whatever V: against the CPU at
+ * V from 8 to 128256 (a row beyond the shared memory's share, held partly
+ * in registers; a partial last chunk; V = 151936 is past the kernel's
+ * reach and falls back to the streaming kernel), with options, in place, forward
+ * only; non-finite rows; one row at several positions and batch sizes
+ * (more rows than blocks), forward-only outputs equal bit for bit to the
+ * call's with a gradient, and the gradient equal in place and into a
+ * buffer. */
+static void ring_invariance(int64_t V) {
+    const int64_t Ts[] = {1, 7, xt_sanitizer() ? 9 : 300};
+    xt_rng_t *r = xt_rng();
+    uint16_t *row = malloc(V * 2), *gref = malloc(V * 2), *grow = malloc(V * 2);
+    for (int64_t j = 0; j < V; j++) row[j] = xent_f32_to_bf16((float)(3.0 * xt_normal(r)));
+    float ref[2] = {0, 0};
+    int have = 0;
+    for (int ti = 0; ti < 3; ti++)
+        for (int inplace = 0; inplace < 2; inplace++) {
+            const int64_t T = Ts[ti], ld = (V + 7) / 8 * 8 + (ti == 1 ? 8 : 0), pos = T / 3;
+            uint16_t *h = malloc((size_t)(T * ld) * 2);
+            int64_t *lab = malloc(T * 8);
+            for (int64_t i = 0; i < T * ld; i++) h[i] = xent_f32_to_bf16((float)(3.0 * xt_normal(r)));
+            for (int64_t t = 0; t < T; t++) lab[t] = xt_randint(r, V);
+            memcpy(h + pos * ld, row, V * 2);
+            lab[pos] = V / 3;
+            void *dl = dev_copy(h, (size_t)(T * ld) * 2), *dlab = dev_copy(lab, T * 8);
+            float *dnll = dev_alloc(T * 4), *dlse = dev_alloc(T * 4), *dlp = dev_alloc(T * 4);
+            uint16_t *dg = inplace ? dl : dev_alloc((size_t)(T * ld) * 2);
+            xent_ce_input gi = {dl, XENT_BF16, T, V, ld, dlab, XENT_I64, NULL};
+            xent_ce_opts o;
+            xent_ce_opts_init(&o);
+            o.reduction = XENT_REDUCE_SUM;
+            xent_ce_output go;
+            memset(&go, 0, sizeof go);
+            go.nll = dnll;
+            go.lse = dlse;
+            go.grad = dg; go.grad_dtype = XENT_BF16; go.ld_grad = ld;
+            /* forward only first (the logits are overwritten in place) */
+            CHECK(xent_cuda_logprobs(&gi, &o, dlp, NULL, NULL) == XENT_OK, "ring logprobs: %s",
+                  xent_last_error());
+            CHECK(xent_cuda_ce(&gi, &o, &go, NULL) == XENT_OK, "ring: %s", xent_last_error());
+            float v[2], lp;
+            host_copy(&v[0], dnll + pos, 4);
+            host_copy(&v[1], dlse + pos, 4);
+            host_copy(&lp, dlp + pos, 4);
+            host_copy(grow, dg + pos * ld, V * 2);
+            CHECK(!memcmp(&lp, &(float){-v[0] + 0.0f}, 4), "ring V=%lld T=%lld: forward-only "
+                  "logprob %.9g, with a gradient -%.9g", (long long)V, (long long)T, (double)lp,
+                  (double)v[0]);
+            if (!have) {
+                memcpy(ref, v, sizeof v);
+                memcpy(gref, grow, V * 2);
+                have = 1;
+            } else {
+                CHECK(!memcmp(ref, v, sizeof v) && !memcmp(gref, grow, V * 2),
+                      "ring V=%lld T=%lld ld=%lld in place %d: the row's outputs differ bitwise",
+                      (long long)V, (long long)T, (long long)ld, inplace);
+            }
+            cudaFree(dl); cudaFree(dlab); cudaFree(dnll); cudaFree(dlse); cudaFree(dlp);
+            if (!inplace) cudaFree(dg);
+            free(h);
+            free(lab);
+        }
+    free(row); free(gref); free(grow);
+}
+
+TEST(cuda_ring_vs_cpu) {
+    if (!gpu_ready()) return;
+    setenv("XENT_CUDA_RING", "1", 1);
+    const int64_t T = xt_sanitizer() ? 3 : 13;
+    const int64_t Vs[] = {8, 4099, 65539, 128256, 151936};
+    char what[160];
+    for (int v = 0; v < 5; v++)
+        for (int f = 0; f < 4; f++) {
+            const xent_dtype dt = f & 1 ? XENT_F16 : XENT_BF16;
+            ccase c = base_case(dt, f == 3 ? XENT_DTYPE_COUNT : dt, T, Vs[v]);
+            c.entropy = 0;
+            c.ld = (Vs[v] + 7) / 8 * 8 + (f == 1 ? 8 : 0);
+            c.inplace = f == 2;
+            if (f == 1) { c.o.temperature = 0.8; c.o.z_loss = 1e-4; c.i32_labels = 1; }
+            if (f == 2) c.o.reduction = XENT_REDUCE_NONE;
+            if (f == 3) c.o.reduction = XENT_REDUCE_SUM;
+            snprintf(what, sizeof what, "ring %s V=%lld ld=%lld form %d", xent_dtype_name(dt),
+                     (long long)Vs[v], (long long)c.ld, f);
+            check_case(what, &c);
+        }
+    /* non-finite rows: NaN, +inf, -inf, -inf at the target */
+    {
+        const int64_t V = 128256;
+        ccase c = base_case(XENT_BF16, XENT_BF16, 10, V);
+        c.entropy = 0;
+        c.o.reduction = XENT_REDUCE_NONE;
+        cinputs in;
+        fill_inputs(&c, &in);
+        uint16_t *h = in.logits;
+        h[2 * V + 5] = 0x7FC0;
+        h[5 * V + 120000] = 0x7F80;
+        h[7 * V + 0] = 0xFF80;
+        if (in.lab64[8] >= 0) h[8 * V + in.lab64[8]] = 0xFF80;
+        check_case_in("ring non-finite rows", &c, &in);
+        free_inputs(&in);
+    }
+    ring_invariance(128256);
+    ring_invariance(65539);
+    unsetenv("XENT_CUDA_RING");
+}
+
 /* Bad arguments: the same statuses as the CPU, nothing launched. */
 TEST(cuda_bad_arguments) {
     if (!gpu_ready()) return;
