@@ -85,8 +85,6 @@ int xc_launch_rows(const xc_params *p, int block, void *stream);
 /* The on-chip kernel (ce_cluster.cu), or -1 when it does not apply (other
  * dtypes or modes, softcap, an fp32 gradient, V too large). */
 int xq_launch_rows(const xc_params *p, void *stream);
-/* The ring kernel (ce_ring.cu), or -1 when it does not apply (see there). */
-int xr_launch_rows(const xc_params *p, void *stream);
 int xc_launch_labels(const xc_params *p, xc_label_rec *rec, void *stream);
 int xc_launch_combine(const xc_params *p, void *stream);
 int xc_launch_reduce(const xc_params *p, float *loss, int64_t *n_counted,
