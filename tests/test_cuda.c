@@ -1042,6 +1042,41 @@ TEST(cuda_bad_arguments) {
     CHECK(xent_cuda_ce(NULL, &o, &out, NULL) == XENT_ERR_NULL, "NULL input");
 }
 
+/* A scratch allocation that cannot succeed (T = 2^40 rows: 16 TB of
+ * per-row values): XENT_ERR_CUDA naming the scratch and its bytes, the
+ * loss untouched; and the next call is not failed by the error the
+ * allocation left behind. Skipped under compute-sanitizer (XENT_SANITIZER),
+ * whose memcheck counts the failed allocation it is made of as an error. */
+TEST(cuda_alloc_failure) {
+    if (!gpu_ready()) return;
+    if (xt_sanitizer()) {
+        xt_skip("a deliberately failed allocation, which memcheck counts as an error");
+        return;
+    }
+    uint16_t *dl = dev_alloc(64);
+    float *dloss = dev_alloc(4);
+    cudaMemset(dl, 0, 64);
+    cudaMemset(dloss, 0xFF, 4);
+    xent_ce_opts o;
+    xent_ce_opts_init(&o);
+    xent_ce_input in = {dl, XENT_BF16, (int64_t)1 << 40, 8, 0, NULL, XENT_I64, NULL};
+    xent_ce_output out;
+    memset(&out, 0, sizeof out);
+    out.loss = dloss;
+    xent_status s = xent_cuda_ce(&in, &o, &out, NULL);
+    CHECK(s == XENT_ERR_CUDA && strstr(xent_last_error(), "scratch: ") &&
+              strstr(xent_last_error(), " bytes (stream-ordered allocation)"),
+          "T = 2^40: status %d, \"%s\"", s, xent_last_error());
+    uint32_t bits = 0;
+    host_copy(&bits, dloss, 4);
+    CHECK(bits == 0xFFFFFFFFu, "the loss was written (%08x) by a failed call", bits);
+    in.T = 2;
+    s = xent_cuda_ce(&in, &o, &out, NULL);
+    CHECK(s == XENT_OK, "the call after a failed allocation: status %d, %s", s, xent_last_error());
+    cudaFree(dl);
+    cudaFree(dloss);
+}
+
 #else /* no CUDA in this build */
 
 TEST(cuda_not_built) {

@@ -31,10 +31,23 @@ int xc_block(int64_t V) {
     return nt < 64 ? 64 : (nt > 256 ? 256 : (int)nt);
 }
 
+/* A failed runtime call also leaves its error as the thread's last error,
+ * which the next call's launch check (cudaGetLastError) would take for its
+ * own: reported once here, then cleared (an error that sticks to the
+ * context, such as a kernel's fault, stays). */
 xent_status xc_cuda(cudaError_t e, const char *what) {
     if (e == cudaSuccess) return XENT_OK;
+    (void)cudaGetLastError();
     return xent__fail(XENT_ERR_CUDA, "%s: %s (%s)", what, cudaGetErrorString(e),
                       cudaGetErrorName(e));
+}
+
+xent_status xc_alloc(void **ptr, size_t bytes, cudaStream_t s, const char *what) {
+    const cudaError_t e = xc_malloc_async(ptr, bytes, s);
+    if (e == cudaSuccess) return XENT_OK;
+    (void)cudaGetLastError();
+    return xent__fail(XENT_ERR_CUDA, "%s: %zu bytes (stream-ordered allocation): %s (%s)", what,
+                      bytes, cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
 extern "C" int xent_cuda_device_count(void) {
@@ -200,8 +213,8 @@ static xent_status xc_scratch_get(xc_scratch *sc, int64_t T, int want_acc, int w
     sc->s = s;
     const size_t row_bytes = (want_acc || want_stat) ? (size_t)T * 16 : 0;
     void *p = NULL;
-    cudaError_t e = xc_malloc_async(&p, sizeof(xc_label_rec) + row_bytes, s);
-    if (e != cudaSuccess) return xc_cuda(e, "cudaMallocAsync (scratch)");
+    const xent_status st = xc_alloc(&p, sizeof(xc_label_rec) + row_bytes, s, "scratch");
+    if (st != XENT_OK) return st;
     sc->rec = (xc_label_rec *)p;
     if (want_acc) sc->acc = (xc_row_acc *)((char *)p + 16);
     if (want_stat) sc->stat = (xc_rowstat *)((char *)p + 16);

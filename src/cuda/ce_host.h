@@ -14,6 +14,9 @@ int xc_block(int64_t V);
 /* cudaMallocAsync from the library's pool on the stream's device (it
  * keeps freed memory across synchronizations: ce_api.cu). */
 cudaError_t xc_malloc_async(void **ptr, size_t bytes, cudaStream_t s);
+/* xc_malloc_async as a status: on failure XENT_ERR_CUDA naming `what`, the
+ * bytes asked for and the CUDA error. */
+xent_status xc_alloc(void **ptr, size_t bytes, cudaStream_t s, const char *what);
 /* XENT_OK, or XENT_ERR_CUDA with `what` and CUDA's message. */
 xent_status xc_cuda(cudaError_t e, const char *what);
 /* dtype is F32, BF16 or F16. */

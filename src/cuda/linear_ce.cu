@@ -532,7 +532,7 @@ static xent_status xl_execute(xl_run *r, void *ws, size_t ws_bytes) {
     if (!ws) {
         r->Tg = xl_default_rows(in, &L);
         ws_bytes = (size_t)xl_bytes(&L, r->Tg);
-        xent_status st = xc_cuda(xc_malloc_async(&own, ws_bytes, r->s), "cudaMallocAsync (workspace)");
+        xent_status st = xc_alloc(&own, ws_bytes, r->s, "workspace");
         if (st != XENT_OK) return st;
         ws = own;
     } else {

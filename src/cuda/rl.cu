@@ -19,7 +19,7 @@
  * the host then reports the first problem in the CPU's order with the
  * CPU's message (field and index). */
 #include "ce_device.h"
-#include "ce_host.h" /* xc_malloc_async: scratch from the library's pool */
+#include "ce_host.h" /* xc_alloc, xc_cuda: scratch from the library's pool, CUDA errors */
 #include "xent.h"
 
 #include <cuda_runtime.h>
@@ -290,12 +290,6 @@ __global__ void xr_k_zero_runs(const float *lp, int64_t T, const int64_t *off,
 /* Host side: errors, the record, scratch                                    */
 /* ------------------------------------------------------------------------ */
 
-static xent_status xr_cuda(cudaError_t e, const char *what) {
-    if (e == cudaSuccess) return XENT_OK;
-    return xent__fail(XENT_ERR_CUDA, "%s: %s (%s)", what, cudaGetErrorString(e),
-                      cudaGetErrorName(e));
-}
-
 /* One call: the device record followed by `bytes` of scratch. */
 typedef struct xr_ctx {
     cudaStream_t s;
@@ -317,19 +311,18 @@ static xent_status xr_begin(xr_ctx *c, void *stream, size_t bytes) {
         l->first_nan = l->first_pos = l->first_ninf = l->first_zrun = XR_NONE;
     }
     void *p = NULL;
-    xent_status st = xr_cuda(xc_malloc_async(&p, XR_REC_BYTES + bytes, c->s),
-                             "cudaMallocAsync (check record and scratch)");
+    xent_status st = xc_alloc(&p, XR_REC_BYTES + bytes, c->s, "check record and scratch");
     if (st != XENT_OK) return st;
     c->d = (xr_rec *)p;
     c->scratch = bytes ? (char *)p + XR_REC_BYTES : NULL;
-    return xr_cuda(cudaMemcpyAsync(c->d, &c->h, sizeof c->h, cudaMemcpyHostToDevice, c->s),
+    return xc_cuda(cudaMemcpyAsync(c->d, &c->h, sizeof c->h, cudaMemcpyHostToDevice, c->s),
                    "check record upload");
 }
 
 static xent_status xr_end(xr_ctx *c, xent_status st) {
     if (c->d) {
         cudaError_t e = cudaFreeAsync(c->d, c->s);
-        if (st == XENT_OK) st = xr_cuda(e, "cudaFreeAsync (check record and scratch)");
+        if (st == XENT_OK) st = xc_cuda(e, "cudaFreeAsync (check record and scratch)");
     }
     return st;
 }
@@ -337,10 +330,10 @@ static xent_status xr_end(xr_ctx *c, xent_status st) {
 /* Copies n bytes back (after the kernels of the stream) and waits. */
 static xent_status xr_fetch(const xr_ctx *c, void *h, const void *d, size_t n,
                             const char *what) {
-    xent_status st = xr_cuda(cudaGetLastError(), what);
+    xent_status st = xc_cuda(cudaGetLastError(), what);
     if (st == XENT_OK)
-        st = xr_cuda(cudaMemcpyAsync(h, d, n, cudaMemcpyDeviceToHost, c->s), what);
-    if (st == XENT_OK) st = xr_cuda(cudaStreamSynchronize(c->s), what);
+        st = xc_cuda(cudaMemcpyAsync(h, d, n, cudaMemcpyDeviceToHost, c->s), what);
+    if (st == XENT_OK) st = xc_cuda(cudaStreamSynchronize(c->s), what);
     return st;
 }
 
@@ -559,7 +552,7 @@ extern "C" xent_status xent_cuda_rl_group_advantages(const float *rewards,
     xr_k_groups<<<xr_blocks(ng), XR_TPB, 0, c.s>>>(
         rewards, n, ng, groups->offsets, groups->ids, (int)opts->std, opts->eps,
         opts->subtract_mean, adv, group_mean, group_std, c.d);
-    st = xr_cuda(cudaGetLastError(), "group kernel");
+    st = xc_cuda(cudaGetLastError(), "group kernel");
     if (st == XENT_OK && stats) {
         ull cnt[4];
         st = xr_fetch(&c, cnt, c.d->cnt, sizeof cnt, "group statistics copy");
@@ -663,7 +656,7 @@ extern "C" xent_status xent_cuda_rl_batch_normalize(const float *adv_in, int64_t
                                           opts->std == XENT_RL_STD_SAMPLE,
                                           opts->subtract_mean, opts->eps, b);
     if (n > 0) xr_k_batch_apply<<<xr_blocks(n), XR_TPB, 0, c.s>>>(adv_in, n, mask, b, adv_out);
-    st = xr_cuda(cudaGetLastError(), "batch normalisation kernels");
+    st = xc_cuda(cudaGetLastError(), "batch normalisation kernels");
     if (st == XENT_OK && stats) {
         xr_batch hb;
         st = xr_fetch(&c, &hb, b, sizeof hb, "batch statistics copy");
@@ -1106,13 +1099,13 @@ extern "C" xent_status xent_cuda_rl_policy_loss(const xent_rl_input *in,
     if (in->nseq > 0) xr_k_seq<<<xr_seq_blocks(in->nseq), XR_TPB, 0, c.s>>>(p);
     if (in->T > 0) xr_k_tok<<<xr_blocks(in->T), XR_TPB, 0, c.s>>>(p);
     if (stats) {
-        st = xr_cuda(cudaMemsetAsync(d_cnt, 0, 8 * sizeof(ull), c.s), "counter reset");
+        st = xc_cuda(cudaMemsetAsync(d_cnt, 0, 8 * sizeof(ull), c.s), "counter reset");
         if (st != XENT_OK) return xr_end(&c, st);
         if (in->nseq > 0)
             xr_k_seq_sum<<<xr_seq_blocks(in->nseq), XR_TPB, 0, c.s>>>(p, p.seq_c, d_cnt);
         xr_k_loss_final<<<1, XR_TPB, 0, c.s>>>(p, p.seq_c, d_cnt, d_stats);
     }
-    st = xr_cuda(cudaGetLastError(), "policy loss kernels");
+    st = xc_cuda(cudaGetLastError(), "policy loss kernels");
     if (st == XENT_OK && stats) {
         xent_rl_loss_stats h;
         st = xr_fetch(&c, &h, d_stats, sizeof h, "loss statistics copy");
@@ -1167,7 +1160,7 @@ extern "C" xent_status xent_cuda_rl_kl_estimate(xent_rl_kl kind, const float *lp
     if (T > 0)
         xr_k_kl<<<xr_blocks(T), XR_TPB, 0, c.s>>>((int)kind, lp_new, lp_ref, T, mask,
                                                   log_ratio_clamp, kl, dkl, c.d);
-    st = xr_cuda(cudaGetLastError(), "KL kernel");
+    st = xc_cuda(cudaGetLastError(), "KL kernel");
     if (st == XENT_OK && n_clamped) {
         ull nc = 0;
         st = xr_fetch(&c, &nc, &c.d->cnt[0], sizeof nc, "KL count copy");
