@@ -31,7 +31,8 @@ from cuda_ce_bench import (Input, Output, XENT_BF16, XENT_I64,  # noqa: E402
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--shape", default="16384x128256", help="TxV (default: %(default)s)")
-    ap.add_argument("--kind", default="inplace", choices=("inplace", "grad", "logprobs", "backward"),
+    ap.add_argument("--kind", default="inplace",
+                    choices=("inplace", "grad", "logprobs", "backward"),
                     help="call to repeat (default: %(default)s)")
     ap.add_argument("--reps", type=int, default=3, help="calls (default 3)")
     ap.add_argument("--lib", default="build/libxent.so", help="library (default: %(default)s)")
@@ -51,8 +52,9 @@ def main():
     inp = Input(logits.data_ptr(), XENT_BF16, T, V, 0, labels.data_ptr(), XENT_I64, None)
     out = Output(loss.data_ptr(), None, None, None, None, None, grad.data_ptr(), XENT_BF16, 0,
                  None, None)
-    lib.xent_cuda_ce_backward.argtypes = [C.POINTER(type(inp)), C.POINTER(type(opts)), C.c_void_p,
-                                          C.c_void_p, C.c_int, C.c_int64, C.c_void_p]
+    lib.xent_cuda_ce_backward.argtypes = [C.POINTER(type(inp)), C.POINTER(type(opts)),
+                                          C.c_void_p, C.c_void_p, C.c_int, C.c_int64,
+                                          C.c_void_p]
     stats = torch.empty(T, 2, device="cuda", dtype=torch.float64)  # xent_ce_stats [T]
     if args.kind == "backward":
         so = Output(None, None, None, None, None, stats.data_ptr(), None, XENT_BF16, 0, None,
