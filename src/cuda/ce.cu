@@ -788,6 +788,8 @@ __global__ void __launch_bounds__(1024) xc_reduce_kernel(const xc_params k, floa
 /* ------------------------------------------------------------------ */
 
 static int xc_grid(int64_t n) { return (int)(n < (1 << 24) ? n : (1 << 24)); }
+/* Blocks of 128 threads, one thread a row (the combine and the finish). */
+static int xc_row_grid(int64_t T) { return T > 128 ? xc_grid((T + 127) / 128) : 1; }
 
 /* XENT_CUDA_SMEM: dynamic shared memory per block (bytes). When the call
  * writes a gradient, the first chunks of each thread are kept there
@@ -894,9 +896,7 @@ int xc_launch_rows(const xc_params *p, int block, void *stream) {
         q.mode = XC_MODE_STAT;
         const int e = xc_any_rows(&q, block, s);
         if (e != 0) return e;
-        int64_t blocks = (p->T + 127) / 128;
-        if (blocks < 1) blocks = 1;
-        xc_stat_kernel<<<xc_grid(blocks), 128, 0, s>>>(*p);
+        xc_stat_kernel<<<xc_row_grid(p->T), 128, 0, s>>>(*p);
         return (int)cudaGetLastError();
     }
     return xc_any_rows(p, block, s);
@@ -914,9 +914,7 @@ int xc_launch_labels(const xc_params *p, xc_label_rec *rec, void *stream) {
 }
 
 int xc_launch_combine(const xc_params *p, void *stream) {
-    int64_t blocks = (p->T + 127) / 128;
-    if (blocks < 1) blocks = 1;
-    xc_combine_kernel<<<xc_grid(blocks), 128, 0, (cudaStream_t)stream>>>(*p);
+    xc_combine_kernel<<<xc_row_grid(p->T), 128, 0, (cudaStream_t)stream>>>(*p);
     return (int)cudaGetLastError();
 }
 
