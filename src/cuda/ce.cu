@@ -505,6 +505,38 @@ __device__ __forceinline__ void xc_pass2_form(int64_t V, const xc_gconst &gc,
 #undef XC_P2V
 }
 
+/* Pass 2 of a constant row (gc.kind != 0: zeros, NaN, or zeros but the
+ * target), this thread's chunks: whole chunks of a 16-byte-aligned
+ * gradient row in 16-byte stores (a warp's stores cover whole sectors),
+ * the rest and the target's chunk (fp32) element by element. No logit is
+ * read. The stored bits are those of the element-by-element stores. */
+__device__ __forceinline__ void xc_pass2_const(int64_t V, const xc_gconst &gc, void *grow,
+                                               int dt, uint64_t pol) {
+    const int nfull = (int)(V >> 3), nchunk = (int)((V + 7) >> 3);
+    const int NT = blockDim.x, tid = threadIdx.x;
+    const int tc = gc.kind == 3 && gc.tl >= 0 ? (int)(gc.tl >> 3) : -1;
+    const uint32_t bits = xc_const_bits(gc.kind, dt);
+    const bool vec = ((uintptr_t)grow & 15) == 0;
+    const uint32_t w1 = dt == XENT_F32 ? bits : (bits | bits << 16);
+    for (int c = tid; c < nchunk; c += NT) {
+        const int64_t j0 = (int64_t)c * 8;
+        if (vec && c < nfull && (dt != XENT_F32 || c != tc)) {
+            uint4 w = make_uint4(w1, w1, w1, w1);
+            if (dt == XENT_F32) {
+                xc_st16((uint32_t *)grow + j0, w, pol);
+                xc_st16((uint32_t *)grow + j0 + 4, w, pol);
+            } else {
+                if (c == tc) xc_patch16(w, (int)(gc.tl & 7), gc.tbits);
+                xc_st16((uint16_t *)grow + j0, w, pol);
+            }
+            continue;
+        }
+        const int nv = c < nfull ? 8 : (int)(V & 7);
+        for (int i = 0; i < nv; i++)
+            xc_store_one(grow, j0 + i, dt, j0 + i == gc.tl && c == tc ? gc.tbits : bits);
+    }
+}
+
 /* Pass 2 for this thread, chunks in reverse order (the most recently read
  * ones first: they are likeliest still in L2). AL: the host found every
  * row and gradient row 16-byte aligned. */
@@ -531,16 +563,14 @@ __device__ __forceinline__ void xc_pass2(const xc_params &k, const xc_gconst &gc
     /* everything else: constant rows, the precise path, unaligned fp32 rows */
     const uint64_t pol = xc_policy_first();
     if (tid >= nchunk) return;
+    if (gc.kind != 0) { /* the same bits in every column (ignored rows: zeros) */
+        xc_pass2_const(k.V, gc, grow, dt, pol);
+        return;
+    }
     int slot = (nchunk - 1 - tid) / NT; /* this thread's last chunk */
     for (int c = tid + slot * NT; c >= 0; c -= NT, slot--) {
         const int nv = c < nfull ? 8 : (int)(k.V & 7);
         const int64_t j0 = (int64_t)c * 8;
-        if (gc.kind != 0) {
-            uint32_t bits = xc_const_bits(gc.kind, dt);
-            for (int i = 0; i < nv; i++)
-                xc_store_one(grow, j0 + i, dt, gc.kind == 3 && j0 + i == gc.tl ? gc.tbits : bits);
-            continue;
-        }
         float z[8];
         if (vin && nv == 8) {
             uint4 b[In::VECS];
