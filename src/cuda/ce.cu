@@ -505,17 +505,18 @@ __device__ __forceinline__ void xc_pass2_form(int64_t V, const xc_gconst &gc,
 #undef XC_P2V
 }
 
-/* Pass 2 of a constant row (gc.kind != 0: zeros, NaN, or zeros but the
- * target), this thread's chunks: whole chunks of a 16-byte-aligned
- * gradient row in 16-byte stores (a warp's stores cover whole sectors),
- * the rest and the target's chunk (fp32) element by element. No logit is
- * read. The stored bits are those of the element-by-element stores. */
-__device__ __forceinline__ void xc_pass2_const(int64_t V, const xc_gconst &gc, void *grow,
-                                               int dt, uint64_t pol) {
+/* Pass 2 of a constant row (kind != 0, as xc_gconst.kind: 1 zeros, 2 NaN,
+ * 3 zeros but the target's column tl, which gets tbits), this thread's
+ * chunks: whole chunks of a 16-byte-aligned gradient row in 16-byte stores
+ * (a warp's stores cover whole sectors), the rest and the target's chunk
+ * (fp32) element by element. No logit is read. The stored bits are those
+ * of the element-by-element stores. */
+__device__ __forceinline__ void xc_pass2_const(int64_t V, int kind, int64_t tl, uint32_t tbits,
+                                               void *grow, int dt, uint64_t pol) {
     const int nfull = (int)(V >> 3), nchunk = (int)((V + 7) >> 3);
     const int NT = blockDim.x, tid = threadIdx.x;
-    const int tc = gc.kind == 3 && gc.tl >= 0 ? (int)(gc.tl >> 3) : -1;
-    const uint32_t bits = xc_const_bits(gc.kind, dt);
+    const int tc = kind == 3 && tl >= 0 ? (int)(tl >> 3) : -1;
+    const uint32_t bits = xc_const_bits(kind, dt);
     const bool vec = ((uintptr_t)grow & 15) == 0;
     const uint32_t w1 = dt == XENT_F32 ? bits : (bits | bits << 16);
     for (int c = tid; c < nchunk; c += NT) {
@@ -526,14 +527,14 @@ __device__ __forceinline__ void xc_pass2_const(int64_t V, const xc_gconst &gc, v
                 xc_st16((uint32_t *)grow + j0, w, pol);
                 xc_st16((uint32_t *)grow + j0 + 4, w, pol);
             } else {
-                if (c == tc) xc_patch16(w, (int)(gc.tl & 7), gc.tbits);
+                if (c == tc) xc_patch16(w, (int)(tl & 7), tbits);
                 xc_st16((uint16_t *)grow + j0, w, pol);
             }
             continue;
         }
         const int nv = c < nfull ? 8 : (int)(V & 7);
         for (int i = 0; i < nv; i++)
-            xc_store_one(grow, j0 + i, dt, j0 + i == gc.tl && c == tc ? gc.tbits : bits);
+            xc_store_one(grow, j0 + i, dt, j0 + i == tl && c == tc ? tbits : bits);
     }
 }
 
@@ -564,7 +565,7 @@ __device__ __forceinline__ void xc_pass2(const xc_params &k, const xc_gconst &gc
     const uint64_t pol = xc_policy_first();
     if (tid >= nchunk) return;
     if (gc.kind != 0) { /* the same bits in every column (ignored rows: zeros) */
-        xc_pass2_const(k.V, gc, grow, dt, pol);
+        xc_pass2_const(k.V, gc.kind, gc.tl, gc.tbits, grow, dt, pol);
         return;
     }
     int slot = (nchunk - 1 - tid) / NT; /* this thread's last chunk */
@@ -631,6 +632,27 @@ __global__ void __launch_bounds__(1024) xc_row_kernel(const xc_params k) {
         const raw *row = (const raw *)k.logits + r * k.ld;
         void *grow = k.grad ? (char *)k.grad + r * k.ld_grad * (k.grad_dtype == XENT_F32 ? 4 : 2)
                             : nullptr;
+        if (k.skip_ignored && !w.counted && (k.mode == XC_MODE_FWD || k.mode == XC_MODE_STAT)) {
+            /* an ignored row whose logits no asked output reads: loss, nll
+             * and log-probability 0 (as xc_finish gives them), a zero
+             * gradient; the row is not read (block-uniform branch) */
+            if (threadIdx.x == 0) {
+                if (k.mode == XC_MODE_STAT) {
+                    xc_rowstat z; /* finishes to the same zeros */
+                    z.sum = 0;
+                    z.max = 0.f;
+                    z.target = NAN;
+                    k.rowstat[r] = z;
+                } else {
+                    xc_out o;
+                    o.lse = o.nll = o.entropy = o.loss = 0;
+                    o.counted = o.nonfinite = 0;
+                    xc_emit(k, r, o);
+                }
+            }
+            if (grow) xc_pass2_const(k.V, 1, -1, 0, grow, k.grad_dtype, xc_policy_first());
+            continue;
+        }
         if (k.mode == XC_MODE_BWD) {
             if (threadIdx.x == 0) {
                 double lse = k.in_stats[r].lse, nll = k.in_stats[r].nll;

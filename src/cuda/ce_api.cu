@@ -312,6 +312,8 @@ static xent_status xc_forward(const char *fn, xc_params *p, xent_ce_output *out,
     const int want_acc = (out->loss && p->reduction != XENT_REDUCE_NONE) ||
                          out->n_counted || out->n_nonfinite;
     xc_set_outputs(p, out);
+    p->skip_ignored = !combine && p->labels && !out->lse && !out->entropy && !out->stats &&
+                      !out->n_nonfinite;
     /* forward only without entropy or smoothing: the row kernel leaves
      * each row's statistics (16 bytes) for a second kernel to finish
      * (xc_launch_rows); with them, the row kernel finishes its rows */

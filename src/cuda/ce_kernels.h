@@ -78,6 +78,11 @@ typedef struct xc_params {
                                     (the fused LM head; xent_cuda_* calls
                                     keep fp32 logits on the precise path)  */
     int64_t stage_bytes;         /* shared memory kept for pass 2 (launch) */
+    int skip_ignored;            /* no output asked reads an ignored row's
+                                    logits (no lse, entropy, stats or
+                                    n_nonfinite): the streaming kernel
+                                    writes such rows' zeros (outputs and
+                                    gradient) without reading the row      */
 } xc_params;
 
 /* Launchers (ce.cu). Each returns the launch's cudaError_t as an int. */
