@@ -15,20 +15,22 @@ extern "C" xent_status xent__ce_check_opts(const xent_ce_opts *o, int64_t V); /*
 
 static thread_local int g_check_labels = 1;
 
-/* Block size of the row kernel: XENT_CUDA_BLOCK (64..1024, a multiple of
- * 32) if set, else a function of V alone (about 62 chunks of 8 columns per
- * thread, 64..256 threads: 1024 threads per multiprocessor; 512 measured 12%
- * slower forward-only and no faster with a gradient, and at V = 32000 64
- * measured faster than 128, bench/RESULTS.md), so
+/* Block size of the row kernel: XENT_CUDA_BLOCK (32..1024, a multiple of
+ * 32) if set, else a function of V alone: one warp a row below V = 33280
+ * (32 threads measured 12-16% faster forward-only than 64 at V = 20000,
+ * 24576 and 32000, and with a gradient 4% faster to 3.5% slower,
+ * bench/RESULTS.md, 2026-12-02 03:03 UTC); above, about 62 chunks of 8
+ * columns per thread, 96..256 threads (1024 threads per multiprocessor; 512
+ * measured 12% slower forward-only and no faster with a gradient). So
  * that every call on the same row (xent_cuda_ce, _logprobs, _shard_stats)
  * sums in the same order: per-row results are bitwise the same whatever T,
  * the row's position and the entry point. */
 int xc_block(int64_t V) {
     const char *s = getenv("XENT_CUDA_BLOCK");
     int v = s ? atoi(s) : 0;
-    if (v >= 64 && v <= 1024 && v % 32 == 0) return v;
+    if (v >= 32 && v <= 1024 && v % 32 == 0) return v;
     int64_t nt = (V / 512 + 31) / 32 * 32;
-    return nt < 64 ? 64 : (nt > 256 ? 256 : (int)nt);
+    return nt <= 64 ? 32 : (nt > 256 ? 256 : (int)nt);
 }
 
 /* A failed runtime call also leaves its error as the thread's last error,
