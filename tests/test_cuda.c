@@ -726,8 +726,9 @@ TEST(cuda_shards_vs_cpu) {
 /* The same row at different positions, batch sizes and alignments gives
  * bitwise the same outputs and gradient row; without a gradient and through
  * xent_cuda_logprobs, bitwise the same outputs. */
-static void batch_invariance(const char *plan) {
+static void batch_invariance(const char *plan, const char *block) {
     if (plan) setenv("XENT_CUDA_CLUSTER", plan, 1);
+    if (block) setenv("XENT_CUDA_BLOCK", block, 1);
     const int64_t V = 32000, Ts[] = {1, 5, 64};
     xt_rng_t *r = xt_rng();
     uint16_t *row = malloc(V * 2);
@@ -841,15 +842,17 @@ static void batch_invariance(const char *plan) {
     free(gref);
     free(grow);
     if (plan) unsetenv("XENT_CUDA_CLUSTER");
+    if (block) unsetenv("XENT_CUDA_BLOCK");
 }
 
 TEST(cuda_batch_invariance) {
     if (!gpu_ready()) return;
-    batch_invariance(NULL); /* the default plan at V = 32000: the streaming kernel */
-    batch_invariance("1");  /* the on-chip kernel, one block a row */
-    batch_invariance("4");  /* four blocks a row */
-    batch_invariance("4:256:3"); /* three clusters for all rows */
-    batch_invariance("0");  /* the streaming kernel */
+    /* the default plan at V = 32000: the streaming kernel, one warp a row */
+    batch_invariance(NULL, NULL);
+    batch_invariance("1", NULL);  /* the on-chip kernel, one block a row */
+    batch_invariance("4", NULL);  /* four blocks a row */
+    batch_invariance("4:256:3", NULL); /* three clusters for all rows */
+    batch_invariance("0", "128"); /* the streaming kernel, four warps a row */
 }
 
 /* A bad label: XENT_ERR_LABEL naming row and value, nothing written.

@@ -47,9 +47,9 @@ xent_status xc_cuda(cudaError_t e, const char *what) {
 xent_status xc_alloc(void **ptr, size_t bytes, cudaStream_t s, const char *what) {
     const cudaError_t e = xc_malloc_async(ptr, bytes, s);
     if (e == cudaSuccess) return XENT_OK;
-    (void)cudaGetLastError();
-    return xent__fail(XENT_ERR_CUDA, "%s: %zu bytes (stream-ordered allocation): %s (%s)", what,
-                      bytes, cudaGetErrorString(e), cudaGetErrorName(e));
+    char w[192];
+    snprintf(w, sizeof w, "%s: %zu bytes (stream-ordered allocation)", what, bytes);
+    return xc_cuda(e, w);
 }
 
 extern "C" int xent_cuda_device_count(void) {
