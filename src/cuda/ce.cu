@@ -549,25 +549,25 @@ __device__ __forceinline__ void xc_pass2(const xc_params &k, const xc_gconst &gc
     const int NT = blockDim.x, tid = threadIdx.x;
     const int tc = gc.tl >= 0 ? (int)(gc.tl >> 3) : -1, to = (int)(gc.tl & 7);
     const int dt = k.grad_dtype;
-    const bool vin = AL || ((uintptr_t)row & 15) == 0;
-    const bool vout = (AL || ((uintptr_t)grow & 15) == 0) && !PRECISE;
-    if (!PRECISE && OUT != 0 && gc.kind == 0 && vin && vout) {
-        xc_pass2_form<In, OUT, false>(k.V, gc, row, (uint16_t *)grow, stage, kcap, true, true);
-        return;
-    }
-    if constexpr (In::VECS == 1 && !AL) {
-        if (!PRECISE && OUT != 0 && gc.kind == 0) {
-            xc_pass2_form<In, OUT, true>(k.V, gc, row, (uint16_t *)grow, stage, 0, vin, vout);
-            return;
-        }
-    }
-    /* everything else: constant rows, the precise path, unaligned fp32 rows */
     const uint64_t pol = xc_policy_first();
-    if (tid >= nchunk) return;
     if (gc.kind != 0) { /* the same bits in every column (ignored rows: zeros) */
         xc_pass2_const(k.V, gc.kind, gc.tl, gc.tbits, grow, dt, pol);
         return;
     }
+    const bool vin = AL || ((uintptr_t)row & 15) == 0;
+    const bool vout = (AL || ((uintptr_t)grow & 15) == 0) && !PRECISE;
+    if (!PRECISE && OUT != 0 && vin && vout) {
+        xc_pass2_form<In, OUT, false>(k.V, gc, row, (uint16_t *)grow, stage, kcap, true, true);
+        return;
+    }
+    if constexpr (In::VECS == 1 && !AL) {
+        if (!PRECISE && OUT != 0) {
+            xc_pass2_form<In, OUT, true>(k.V, gc, row, (uint16_t *)grow, stage, 0, vin, vout);
+            return;
+        }
+    }
+    /* everything else: the precise path, unaligned fp32 rows */
+    if (tid >= nchunk) return;
     int slot = (nchunk - 1 - tid) / NT; /* this thread's last chunk */
     for (int c = tid + slot * NT; c >= 0; c -= NT, slot--) {
         const int nv = c < nfull ? 8 : (int)(k.V & 7);
