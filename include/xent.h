@@ -126,7 +126,9 @@ typedef struct xent_ce_opts {
     int threads;              /* default 0: XENT_NUM_THREADS, else all cores */
 } xent_ce_opts;
 
-/* Fills *o with the defaults above. */
+/* Fills *o with the defaults above. Every entry point that takes a
+ * `const xent_ce_opts *opts` (CPU and CUDA) also accepts NULL: the same
+ * defaults. */
 void xent_ce_opts_init(xent_ce_opts *o);
 
 /* ------------------------------------------------------------------------ */

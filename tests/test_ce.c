@@ -758,6 +758,55 @@ TEST(ce_bad_label_names_row_and_leaves_outputs) {
     free_batch(&b);
 }
 
+/* opts = NULL means the defaults (xent_ce_opts_init) on every entry point:
+ * the same bits as the defaults passed explicitly. */
+TEST(ce_null_opts_are_defaults) {
+    const int64_t T = 13, V = 97;
+    batch b = make_batch(T, V, XENT_BF16, 0.2);
+    xent_ce_opts o;
+    xent_ce_opts_init(&o);
+    xent_status s1, s2;
+    batch_out r1 = run_batch(&b, &o, XENT_BF16, 1, &s1);
+    batch_out r2 = run_batch(&b, NULL, XENT_BF16, 1, &s2);
+    CHECK(s1 == XENT_OK && s2 == XENT_OK, "xent_ce: %d %d (%s)", s1, s2, xent_last_error());
+    CHECK(!memcmp(r1.loss, r2.loss, 4) && !memcmp(r1.nll, r2.nll, 4 * T) &&
+              !memcmp(r1.lse, r2.lse, 4 * T) && !memcmp(r1.entropy, r2.entropy, 4 * T) &&
+              !memcmp(r1.stats, r2.stats, sizeof(xent_ce_stats) * T) &&
+              !memcmp(r1.grad, r2.grad, 2 * T * V) && r1.counted == r2.counted,
+          "xent_ce with NULL opts differs from the defaults");
+    xent_ce_input in = {b.logits, XENT_BF16, T, V, 0, b.labels, XENT_I64, NULL};
+    /* backward from the saved statistics */
+    uint16_t *g1 = malloc(2 * T * V), *g2 = malloc(2 * T * V);
+    xt_poison(g1, 2 * T * V);
+    xt_poison(g2, 2 * T * V);
+    s1 = xent_ce_backward(&in, &o, r1.stats, g1, XENT_BF16, 0);
+    s2 = xent_ce_backward(&in, NULL, r1.stats, g2, XENT_BF16, 0);
+    CHECK(s1 == XENT_OK && s2 == XENT_OK && !memcmp(g1, g2, 2 * T * V),
+          "xent_ce_backward with NULL opts: %d %d", s1, s2);
+    /* shard statistics, then the combine */
+    xent_ce_partial *p1 = malloc(sizeof *p1 * T), *p2 = malloc(sizeof *p2 * T);
+    xt_poison(p1, sizeof *p1 * T);
+    xt_poison(p2, sizeof *p2 * T);
+    s1 = xent_ce_shard_stats(&in, &o, p1);
+    s2 = xent_ce_shard_stats(&in, NULL, p2);
+    CHECK(s1 == XENT_OK && s2 == XENT_OK && !memcmp(p1, p2, sizeof *p1 * T),
+          "xent_ce_shard_stats with NULL opts: %d %d", s1, s2);
+    float l1[13], l2[13];
+    xt_poison(l1, sizeof l1);
+    xt_poison(l2, sizeof l2);
+    xent_ce_output o1 = {0}, o2 = {0};
+    o1.nll = l1;
+    o2.nll = l2;
+    s1 = xent_ce_combine(p1, 1, &in, &o, &o1);
+    s2 = xent_ce_combine(p1, 1, &in, NULL, &o2);
+    CHECK(s1 == XENT_OK && s2 == XENT_OK && !memcmp(l1, l2, sizeof l1) && !memcmp(l1, r1.nll, 4 * T),
+          "xent_ce_combine with NULL opts: %d %d", s1, s2);
+    free(g1); free(g2); free(p1); free(p2);
+    free_out(&r1);
+    free_out(&r2);
+    free_batch(&b);
+}
+
 TEST(ce_bad_arguments) {
     float z[4] = {1, 2, 3, 4}, g[4];
     int64_t lab = 1;
@@ -774,7 +823,6 @@ TEST(ce_bad_arguments) {
     CHECK(xent_ce(&in, &o, &out) == XENT_ERR_SHAPE, "T=-1");
     in.T = 1;
     CHECK(xent_ce(NULL, &o, &out) == XENT_ERR_NULL, "NULL input");
-    CHECK(xent_ce(&in, NULL, &out) == XENT_ERR_NULL, "NULL opts");
     CHECK(xent_ce(&in, &o, NULL) == XENT_ERR_NULL, "NULL output");
     in.logits = NULL;
     CHECK(xent_ce(&in, &o, &out) == XENT_ERR_NULL && strstr(xent_last_error(), "logits"), "NULL logits");

@@ -36,12 +36,12 @@
  * whatever T and the row's position; reductions run in a fixed order (no
  * floating-point atomics).
  *
- * Differences from the CPU entry points: opts may be NULL (the defaults);
- * V must be below 2^33. Bad input is found by one small pass before the
- * rows are touched, as on the CPU: a label outside [0, vocab_total)
- * (XENT_ERR_LABEL), a non-finite grad_rows value, a combine whose shards do
- * not claim each counted row's target exactly once (XENT_ERR_VALUE); the
- * same error as the CPU reports when several are bad. With
+ * Differences from the CPU entry points: V must be below 2^33. Bad input
+ * is found by one small pass before the rows are touched, as on the CPU:
+ * a label outside [0, vocab_total) (XENT_ERR_LABEL), a non-finite
+ * grad_rows value, a combine whose shards do not claim each counted row's
+ * target exactly once (XENT_ERR_VALUE); the same error as the CPU reports
+ * when several are bad. With
  * xent_cuda_set_label_check(0) nothing is checked on the host: a bad label
  * or a bad combine makes the row's outputs NaN (counted in n_nonfinite), a
  * non-finite grad_rows value makes the row's gradient NaN. */

@@ -803,10 +803,16 @@ static xent_status check_labels(const xent_ce_input *in, const xent_ce_opts *o,
     return XENT_OK;
 }
 
-/* Checks `in` and `opts`; need_logits: the logits are read. */
+/* opts, or the defaults in *d when opts is NULL (every entry point). */
+static const xent_ce_opts *opts_or_default(const xent_ce_opts *opts, xent_ce_opts *d) {
+    if (opts) return opts;
+    xent_ce_opts_init(d);
+    return d;
+}
+
+/* Checks `in` and `opts` (not NULL: opts_or_default has run). */
 static xent_status check_input(const xent_ce_input *in, const xent_ce_opts *o) {
     if (!in) return xent__fail(XENT_ERR_NULL, "input is NULL");
-    if (!o) return xent__fail(XENT_ERR_NULL, "opts is NULL");
     if (in->T < 0) return xent__fail(XENT_ERR_SHAPE, "T = %lld must be >= 0", (long long)in->T);
     if (in->V <= 0) return xent__fail(XENT_ERR_SHAPE, "V = %lld must be >= 1", (long long)in->V);
     if (in->ld != 0 && in->ld < in->V)
@@ -1022,6 +1028,8 @@ static double base_scale(const xent_ce_opts *o, int64_t counted) {
 
 xent_status xent_ce(const xent_ce_input *in, const xent_ce_opts *opts,
                     xent_ce_output *out) {
+    xent_ce_opts dflt;
+    opts = opts_or_default(opts, &dflt);
     if (!out) return xent__fail(XENT_ERR_NULL, "output is NULL");
     xent_status s = check_input(in, opts);
     if (s) return s;
@@ -1063,6 +1071,8 @@ xent_status xent_logprobs(const xent_ce_input *in, const xent_ce_opts *opts,
 xent_status xent_ce_backward(const xent_ce_input *in, const xent_ce_opts *opts,
                              const xent_ce_stats *stats, void *grad,
                              xent_dtype grad_dtype, int64_t ld_grad) {
+    xent_ce_opts dflt;
+    opts = opts_or_default(opts, &dflt);
     xent_status s = check_input(in, opts);
     if (s) return s;
     if (in->T > 0 && !stats) return xent__fail(XENT_ERR_NULL, "stats is NULL with T = %lld", (long long)in->T);
@@ -1085,6 +1095,8 @@ xent_status xent_ce_backward(const xent_ce_input *in, const xent_ce_opts *opts,
 
 xent_status xent_ce_shard_stats(const xent_ce_input *in, const xent_ce_opts *opts,
                                 xent_ce_partial *partial) {
+    xent_ce_opts dflt;
+    opts = opts_or_default(opts, &dflt);
     xent_status s = check_input(in, opts);
     if (s) return s;
     if (in->T > 0 && !partial) return xent__fail(XENT_ERR_NULL, "partial is NULL with T = %lld", (long long)in->T);
@@ -1101,8 +1113,9 @@ xent_status xent_ce_shard_stats(const xent_ce_input *in, const xent_ce_opts *opt
 xent_status xent_ce_combine(const xent_ce_partial *parts, int S,
                             const xent_ce_input *in, const xent_ce_opts *opts,
                             xent_ce_output *out) {
+    xent_ce_opts dflt;
+    opts = opts_or_default(opts, &dflt);
     if (!in) return xent__fail(XENT_ERR_NULL, "input is NULL");
-    if (!opts) return xent__fail(XENT_ERR_NULL, "opts is NULL");
     if (!out) return xent__fail(XENT_ERR_NULL, "output is NULL");
     if (S < 1) return xent__fail(XENT_ERR_SHAPE, "S = %d shards must be >= 1", S);
     if (in->T < 0) return xent__fail(XENT_ERR_SHAPE, "T = %lld must be >= 0", (long long)in->T);
