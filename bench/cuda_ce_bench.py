@@ -294,6 +294,10 @@ def main():
                 sys.exit(f"xent_cuda_logprobs failed: {lib.xent_last_error().decode()}")
         ms, _ = time_it(xent_lp, args.reps, args.warmup)
         add("logprobs", "xent_cuda_logprobs", ms, 16 * T + 16, rfloor_ms)
+        old = lib.xent_cuda_set_label_check(0)
+        ms, _ = time_it(xent_lp, args.reps, args.warmup)
+        lib.xent_cuda_set_label_check(old)
+        add("logprobs", "xent_cuda_logprobs (unchecked)", ms, 16 * T + 16, rfloor_ms)
         if not args.no_peers:
             with torch.no_grad():
                 f1 = lambda: -F.cross_entropy(master, labels, reduction="none")

@@ -909,6 +909,106 @@ TEST(cuda_bad_labels) {
     free(g);
 }
 
+/* A bad label on every entry point and both row kernels (V = 1000: the
+ * on-chip kernel; V = 40000: the streaming kernel; the second row of the
+ * batch bad). The row kernels are queued before the host reads the label
+ * record, and return at once on a bad row: the call fails with the row and
+ * value, and writes nothing (in place: the logits keep their bits; forward
+ * only: the statistics kernel writes nothing either). Then, on the same
+ * non-default stream, 80 good calls (more than the host's 64 pinned
+ * records, so a record not given back would show as a failure to match
+ * the CPU below) and a last one checked against the CPU. */
+TEST(cuda_bad_labels_every_entry_point) {
+    if (!gpu_ready()) return;
+    const int64_t T = 9, Vs[2] = {1000, 40000};
+    cudaStream_t st;
+    CHECK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking) == cudaSuccess, "stream");
+    for (int vi = 0; vi < 2; vi++) {
+        const int64_t V = Vs[vi], n = T * V;
+        xt_rng_t *r = xt_rng();
+        uint16_t *h = malloc(n * 2), *g = malloc(n * 2);
+        int64_t lab[9];
+        for (int64_t i = 0; i < n; i++) h[i] = xent_f32_to_bf16((float)(2.0 * xt_normal(r)));
+        for (int t = 0; t < T; t++) lab[t] = xt_randint(r, V);
+        lab[1] = V + 7;
+        void *dl = dev_copy(h, n * 2), *dlab = dev_copy(lab, sizeof lab);
+        uint16_t *dg = dev_alloc(n * 2);
+        float *dlp = dev_alloc(T * 4), *dnll = dev_alloc(T * 4);
+        xent_ce_stats *dst = dev_alloc(T * sizeof(xent_ce_stats));
+        xent_ce_partial *dpart = dev_alloc(T * sizeof(xent_ce_partial));
+        xent_ce_input in = {dl, XENT_BF16, T, V, 0, dlab, XENT_I64, NULL};
+        xent_ce_opts o;
+        xent_ce_opts_init(&o);
+        char want[64];
+        snprintf(want, sizeof want, "labels[1] = %lld", (long long)(V + 7));
+        for (int call = 0; call < 5; call++) {
+            xent_ce_output out;
+            memset(&out, 0, sizeof out);
+            xent_status s;
+            const char *name;
+            if (call == 0) { /* in place */
+                name = "xent_cuda_ce in place";
+                out.nll = dnll; out.grad = dl; out.grad_dtype = XENT_BF16;
+                s = xent_cuda_ce(&in, &o, &out, st);
+            } else if (call == 1) {
+                name = "xent_cuda_ce into a buffer";
+                out.nll = dnll; out.stats = dst; out.grad = dg; out.grad_dtype = XENT_BF16;
+                s = xent_cuda_ce(&in, &o, &out, st);
+            } else if (call == 2) {
+                name = "xent_cuda_logprobs";
+                s = xent_cuda_logprobs(&in, &o, dlp, NULL, st);
+            } else if (call == 3) {
+                name = "xent_cuda_ce_backward";
+                s = xent_cuda_ce_backward(&in, &o, dst, dg, XENT_BF16, 0, st);
+            } else {
+                name = "xent_cuda_ce_shard_stats";
+                s = xent_cuda_ce_shard_stats(&in, &o, dpart, st);
+            }
+            CHECK(s == XENT_ERR_LABEL && strstr(xent_last_error(), want),
+                  "V=%lld %s: status %d, message: %s", (long long)V, name, s, xent_last_error());
+            cudaStreamSynchronize(st);
+            host_copy(g, dl, n * 2);
+            CHECK(!memcmp(g, h, n * 2), "V=%lld %s: the logits changed", (long long)V, name);
+            host_copy(g, dg, n * 2);
+            int touched = 0;
+            for (int64_t i = 0; i < n; i++) touched |= g[i] != 0xFFFF;
+            float f[9];
+            host_copy(f, dnll, sizeof f);
+            for (int t = 0; t < T; t++) touched |= !isnan(f[t]);
+            host_copy(f, dlp, sizeof f);
+            for (int t = 0; t < T; t++) touched |= !isnan(f[t]);
+            uint8_t *b = malloc(T * sizeof(xent_ce_partial));
+            host_copy(b, dpart, T * sizeof(xent_ce_partial));
+            for (size_t i = 0; i < T * sizeof(xent_ce_partial); i++) touched |= b[i] != 0xFF;
+            host_copy(b, dst, T * sizeof(xent_ce_stats));
+            for (size_t i = 0; i < T * sizeof(xent_ce_stats); i++) touched |= b[i] != 0xFF;
+            free(b);
+            CHECK(!touched, "V=%lld %s: an output was written on a bad label", (long long)V,
+                  name);
+        }
+        /* good labels: many calls, then one against the CPU */
+        lab[1] = 3;
+        cudaMemcpy(dlab, lab, sizeof lab, cudaMemcpyHostToDevice);
+        xent_status s = XENT_OK;
+        for (int k = 0; k < 80 && s == XENT_OK; k++) s = xent_cuda_logprobs(&in, &o, dlp, NULL, st);
+        CHECK(s == XENT_OK, "V=%lld: good calls: %s", (long long)V, xent_last_error());
+        float lp[9], clp[9];
+        cudaStreamSynchronize(st);
+        host_copy(lp, dlp, sizeof lp);
+        xent_ce_input ci = {h, XENT_BF16, T, V, 0, lab, XENT_I64, NULL};
+        CHECK(xent_logprobs(&ci, &o, clp, NULL) == XENT_OK, "CPU: %s", xent_last_error());
+        for (int t = 0; t < T; t++)
+            CHECK(fabsf(lp[t] - clp[t]) <= 4 * (nextafterf(fabsf(clp[t]), INFINITY) - fabsf(clp[t])),
+                  "V=%lld row %d: %.9g vs CPU %.9g (4 ulp allowed)",
+                  (long long)V, t, (double)lp[t], (double)clp[t]);
+        cudaFree(dl); cudaFree(dlab); cudaFree(dg); cudaFree(dlp); cudaFree(dnll); cudaFree(dst);
+        cudaFree(dpart);
+        free(h);
+        free(g);
+    }
+    cudaStreamDestroy(st);
+}
+
 /* Bad input beyond labels, as on the CPU: a non-finite grad_rows value
  * (XENT_ERR_VALUE naming it, nothing written; unchecked: that row's
  * gradient NaN), and shards that do not claim each row's target exactly

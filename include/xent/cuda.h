@@ -11,8 +11,10 @@
  *
  * Synchronization: with label checking on (the default), each call first
  * runs a small validation kernel and copies a 16-byte record back to the
- * host, which synchronizes `stream` once; the outputs are written only after
- * that, so on XENT_ERR_LABEL nothing has been written. With checking off
+ * host, which waits for it once (for that kernel, not for the row kernels
+ * queued behind it); every kernel that writes an output reads the record
+ * first and writes nothing when it reports a bad row, so on XENT_ERR_LABEL
+ * nothing has been written. With checking off
  * (xent_cuda_set_label_check(0)) the call is fully asynchronous; a bad label
  * then gives a NaN row (loss, outputs and gradient row) and is counted in
  * n_nonfinite, and nothing is read out of bounds.

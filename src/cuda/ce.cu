@@ -627,6 +627,7 @@ __global__ void __launch_bounds__(1024) xc_row_kernel(const xc_params k) {
     __shared__ xc_shared sh;
     extern __shared__ uint4 xc_stage[]; /* [kcap][NT][VECS] staged chunks */
     typedef typename In::raw raw;
+    if (xc_gate(k)) return;
     for (int64_t r = blockIdx.x; r < k.T; r += gridDim.x) {
         const xc_row w = xc_row_info(k, r);
         const raw *row = (const raw *)k.logits + r * k.ld;
@@ -782,6 +783,7 @@ __global__ void xc_label_kernel(const xc_params k, xc_label_rec *rec) {
 }
 
 __global__ void xc_combine_kernel(const xc_params k) {
+    if (xc_gate(k)) return;
     for (int64_t r = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; r < k.T;
          r += (int64_t)gridDim.x * blockDim.x) {
         xc_row w = xc_row_info(k, r);
@@ -795,6 +797,7 @@ __global__ void xc_combine_kernel(const xc_params k) {
  * may be the same memory as rowstat: each thread reads its row's record
  * before it writes that row's acc. */
 __global__ void xc_stat_kernel(const xc_params k) {
+    if (xc_gate(k)) return;
     for (int64_t r = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; r < k.T;
          r += (int64_t)gridDim.x * blockDim.x) {
         const xc_rowstat rs = k.rowstat[r];

@@ -231,21 +231,130 @@ static xent_status xc_scratch_put(xc_scratch *sc, xent_status st) {
     return st;
 }
 
-/* Runs the label pass; when checking, synchronizes and reports the first
- * bad row (outputs untouched). */
-static xent_status xc_labels(const char *fn, const xc_params *p, xc_scratch *sc) {
-    return xc_label_pass(fn, p, sc->rec, sc->s);
+/* ------------------------------------------------------------------ */
+/* The label check                                                     */
+/* ------------------------------------------------------------------ */
+/* The label pass writes a 16-byte record: the first bad row, if any. The
+ * host must read it to return a status, but need not wait for it before
+ * queueing the row kernels: xc_label_begin copies the record into pinned
+ * host memory and records an event; the caller queues its kernels with
+ * p->gated set (each returns at once, writing nothing, when the record
+ * reports a bad row: xc_gate); xc_label_end waits for the event (the label
+ * pass, not the row kernels) and reports. So the GPU does not idle while
+ * the host reads the record. Without a free pinned slot, or under stream
+ * capture, xc_label_begin synchronizes and reports at once, as before (a
+ * capture fails there: it must run with the check off, as the Python
+ * binding does). The fused LM head calls both at once (xc_label_pass). */
+
+#define XC_PIN_SLOTS 64 /* calls in flight at once on the asynchronous path */
+
+static xc_label_rec *g_pin;                  /* [XC_PIN_SLOTS] pinned host records */
+static unsigned long long g_pin_used;        /* bit k: slot k taken (atomic)      */
+static std::once_flag g_pin_once;
+
+/* A free pinned slot, or -1 (none left, or no pinned memory). */
+static int xc_pin_take(void) {
+    std::call_once(g_pin_once, [] {
+        void *h = NULL;
+        if (cudaHostAlloc(&h, XC_PIN_SLOTS * sizeof(xc_label_rec), cudaHostAllocPortable) ==
+            cudaSuccess)
+            g_pin = (xc_label_rec *)h;
+        else
+            (void)cudaGetLastError(); /* not sticky: the calls synchronize instead */
+    });
+    if (!g_pin) return -1;
+    unsigned long long u = __atomic_load_n(&g_pin_used, __ATOMIC_ACQUIRE);
+    while (~u) {
+        const int k = __builtin_ctzll(~u);
+        if (__atomic_compare_exchange_n(&g_pin_used, &u, u | 1ull << k, false, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_ACQUIRE))
+            return k;
+    }
+    return -1;
+}
+static void xc_pin_give(int k) {
+    __atomic_fetch_and(&g_pin_used, ~(1ull << k), __ATOMIC_RELEASE);
 }
 
-xent_status xc_label_pass(const char *fn, const xc_params *p, xc_label_rec *rec_d,
-                          cudaStream_t s) {
+/* A label check in flight between xc_label_begin and xc_label_end. */
+typedef struct xc_pending {
+    int slot;        /* pinned slot, or -1: nothing left to wait for */
+    cudaEvent_t ev;  /* recorded after the record's copy             */
+} xc_pending;
+
+static xent_status xc_label_report(const char *fn, const xc_params *p,
+                                   const xc_label_rec &rec);
+
+/* Runs the label pass into rec_d (device, 16 bytes). When checking, either
+ * starts the record's copy (pend->slot >= 0, p->gated set: the caller
+ * queues its kernels, then calls xc_label_end) or synchronizes and reports
+ * the first bad row at once. */
+static xent_status xc_label_begin(const char *fn, xc_params *p, xc_label_rec *rec_d,
+                                  cudaStream_t s, xc_pending *pend) {
+    pend->slot = -1;
+    p->rec = rec_d;
     xent_status st = xc_cuda((cudaError_t)xc_launch_labels(p, rec_d, s), "label pass");
     if (st != XENT_OK || p->unchecked || (!p->labels && !p->grad_rows && !p->parts)) return st;
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    st = xc_cuda(cudaStreamIsCapturing(s, &cs), "cudaStreamIsCapturing");
+    if (st != XENT_OK) return st;
+    const int k = cs == cudaStreamCaptureStatusNone ? xc_pin_take() : -1;
+    if (k >= 0) {
+        cudaEvent_t ev;
+        if (cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) != cudaSuccess) {
+            (void)cudaGetLastError();
+            xc_pin_give(k);
+        } else {
+            st = xc_cuda(cudaMemcpyAsync(g_pin + k, rec_d, sizeof *g_pin,
+                                         cudaMemcpyDeviceToHost, s), "label record copy");
+            if (st == XENT_OK) st = xc_cuda(cudaEventRecord(ev, s), "label record event");
+            if (st != XENT_OK) {
+                cudaEventDestroy(ev);
+                xc_pin_give(k);
+                return st;
+            }
+            pend->slot = k;
+            pend->ev = ev;
+            p->gated = 1;
+            return XENT_OK;
+        }
+    }
     xc_label_rec rec;
     st = xc_cuda(cudaMemcpyAsync(&rec, rec_d, sizeof rec, cudaMemcpyDeviceToHost, s),
                  "label record copy");
     if (st == XENT_OK) st = xc_cuda(cudaStreamSynchronize(s), "label pass (synchronize)");
-    if (st != XENT_OK || rec.neg_first_bad == 0) return st;
+    if (st != XENT_OK) return st;
+    return xc_label_report(fn, p, rec);
+}
+
+/* Waits for the record started by xc_label_begin (not for the kernels
+ * queued since) and reports the first bad row; nothing to do when
+ * xc_label_begin has reported. Always called once after it. */
+static xent_status xc_label_end(const char *fn, const xc_params *p, xc_pending *pend) {
+    if (pend->slot < 0) return XENT_OK;
+    xent_status st = xc_cuda(cudaEventSynchronize(pend->ev), "label pass (event)");
+    const xc_label_rec rec = g_pin[pend->slot];
+    cudaEventDestroy(pend->ev);
+    xc_pin_give(pend->slot);
+    pend->slot = -1;
+    if (st != XENT_OK) return st;
+    return xc_label_report(fn, p, rec);
+}
+
+xent_status xc_label_pass(const char *fn, const xc_params *p, xc_label_rec *rec_d,
+                          cudaStream_t s) {
+    xc_params q = *p;
+    xc_pending pend;
+    const xent_status st = xc_label_begin(fn, &q, rec_d, s, &pend);
+    const xent_status se = xc_label_end(fn, &q, &pend);
+    return st != XENT_OK ? st : se;
+}
+
+/* The first bad row of a label record, as an error (XENT_OK: none). */
+static xent_status xc_label_report(const char *fn, const xc_params *p,
+                                   const xc_label_rec &rec) {
+    if (rec.neg_first_bad == 0) return XENT_OK;
+    xent_status st = XENT_OK;
     const int64_t row = p->T - (int64_t)((rec.neg_first_bad >> 2) & ((1ull << 58) - 1));
     const int kind = (int)(rec.neg_first_bad & 3);
     long long v = (long long)p->ignore_index; /* the row's label (none: ignored) */
@@ -323,14 +432,16 @@ static xent_status xc_forward(const char *fn, xc_params *p, xent_ce_output *out,
     xc_scratch sc;
     xent_status st = xc_scratch_get(&sc, p->T, want_acc, want_stat, s);
     if (st != XENT_OK) return st;
-    st = xc_labels(fn, p, &sc);
+    xc_pending pend;
+    st = xc_label_begin(fn, p, sc.rec, s, &pend);
     if (st == XENT_OK) {
-        p->rec = sc.rec;
         p->acc = sc.acc;
         p->rowstat = sc.stat;
         int e = combine ? xc_launch_combine(p, s) : xc_launch_rows(p, xc_block(p->V), s);
         st = xc_cuda((cudaError_t)e, combine ? "combine kernel" : "row kernel");
     }
+    const xent_status se = xc_label_end(fn, p, &pend);
+    if (st == XENT_OK) st = se;
     if (st == XENT_OK && want_acc)
         st = xc_cuda((cudaError_t)xc_launch_reduce(p, p->reduction == XENT_REDUCE_NONE
                                                           ? NULL : out->loss,
@@ -436,12 +547,12 @@ extern "C" xent_status xent_cuda_ce_backward(const xent_ce_input *in, const xent
     xc_scratch sc;
     st = xc_scratch_get(&sc, in->T, 0, 0, s);
     if (st != XENT_OK) return st;
-    st = xc_labels(fn, &p, &sc);
-    if (st == XENT_OK) {
-        p.rec = sc.rec;
+    xc_pending pend;
+    st = xc_label_begin(fn, &p, sc.rec, s, &pend);
+    if (st == XENT_OK)
         st = xc_cuda((cudaError_t)xc_launch_rows(&p, xc_block(p.V), s), "backward kernel");
-    }
-    return xc_scratch_put(&sc, st);
+    const xent_status se = xc_label_end(fn, &p, &pend);
+    return xc_scratch_put(&sc, st != XENT_OK ? st : se);
 }
 
 extern "C" xent_status xent_cuda_ce_shard_stats(const xent_ce_input *in,
@@ -462,12 +573,13 @@ extern "C" xent_status xent_cuda_ce_shard_stats(const xent_ce_input *in,
     xc_scratch sc;
     st = xc_scratch_get(&sc, in->T, 0, 0, s);
     if (st != XENT_OK) return st;
-    st = xc_labels(fn, &p, &sc);
-    if (st == XENT_OK) {
-        p.rec = sc.rec;
-        st = xc_cuda((cudaError_t)xc_launch_rows(&p, xc_block(p.V), s), "shard statistics kernel");
-    }
-    return xc_scratch_put(&sc, st);
+    xc_pending pend;
+    st = xc_label_begin(fn, &p, sc.rec, s, &pend);
+    if (st == XENT_OK)
+        st = xc_cuda((cudaError_t)xc_launch_rows(&p, xc_block(p.V), s),
+                     "shard statistics kernel");
+    const xent_status se = xc_label_end(fn, &p, &pend);
+    return xc_scratch_put(&sc, st != XENT_OK ? st : se);
 }
 
 extern "C" xent_status xent_cuda_ce_combine(const xent_ce_partial *parts, int S,

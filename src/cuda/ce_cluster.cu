@@ -368,6 +368,7 @@ template <class In, int OUT, bool EXTRA>
 __global__ void __launch_bounds__(XQ_MAX_NT, 3) xq_row_kernel(const xc_params k,
                                                               const int P) {
     __shared__ xq_shared sh;
+    if (xc_gate(k)) return; /* every block of every cluster alike */
     cg::cluster_group cl = cg::this_cluster();
     const int C = (int)cl.num_blocks(), q = (int)cl.block_rank();
     const int NT = blockDim.x, tid = threadIdx.x;

@@ -78,6 +78,11 @@ typedef struct xc_params {
                                     (the fused LM head; xent_cuda_* calls
                                     keep fp32 logits on the precise path)  */
     int64_t stage_bytes;         /* shared memory kept for pass 2 (launch) */
+    int gated;                   /* the host reads the label record after
+                                    the row kernels are queued: every
+                                    kernel that writes an output returns
+                                    at once when rec reports a bad row
+                                    (xc_gate), so nothing is written       */
     int skip_ignored;            /* no output asked reads an ignored row's
                                     logits (no lse, entropy, stats or
                                     n_nonfinite): the streaming kernel

@@ -15,6 +15,13 @@
 #define XC_LN2 0.6931471805599453   /* ln 2, double */
 #define XC_LN2F 0.6931471805599453f /* ln 2 rounded to float */
 
+/* The label check's gate (xc_params.gated): the label pass found a bad row,
+ * so this kernel writes nothing; the host reports the error. Uniform over
+ * the grid (one value, final before the kernel starts). */
+__device__ __forceinline__ bool xc_gate(const xc_params &k) {
+    return k.gated && k.rec->neg_first_bad != 0;
+}
+
 /* ------------------------------------------------------------------ */
 /* Per-row context                                                     */
 /* ------------------------------------------------------------------ */
