@@ -12,8 +12,12 @@ ignored, loss mean):
     F.cross_entropy(reduction='none') on bf16, fp32 log_softmax + gather,
     torch.compile of it, Liger without gradient.
 Time: median of --reps (default 20) after --warmup (default 3) runs, CUDA
-events around each call. Floor: 4*T*V bytes (one bf16 read + one bf16
-write) at the device copy bandwidth measured in this run; forward-only:
+events around each call. xent's five calls of a shape (gradient buffer and
+in place, forward-only; with and without the label check) are timed
+interleaved, one of each a round in a rotating order, so that drift over
+the run reaches them alike; the peers one after another. Floor: 4*T*V
+bytes (one bf16 read + one bf16 write) at the device copy bandwidth
+measured in this run; forward-only:
 2*T*V bytes at the read bandwidth measured in this run. Extra memory: peak
 allocated by the call beyond its inputs and its gradient (torch's allocator;
 xent's scratch, from its own stream-ordered pool, is reported by
@@ -93,24 +97,46 @@ def default_opts():
 
 
 # --------------------------------------------------------------- timing --
+def timed_call(fn, before=None):
+    """ms of one fn() on the GPU (CUDA events), after before() untimed."""
+    if before: before()
+    a = torch.cuda.Event(enable_timing=True)
+    b = torch.cuda.Event(enable_timing=True)
+    a.record()
+    fn()
+    b.record()
+    b.synchronize()
+    return a.elapsed_time(b)
+
+
 def time_it(fn, reps, warmup, before=None):
-    """Median ms of fn() over reps runs (CUDA events), after warmup runs.
-    before(): untimed setup run before each call (e.g. restoring inputs)."""
+    """Median and min ms of fn() over reps runs (CUDA events), after warmup
+    runs. before(): untimed setup run before each call (e.g. restoring
+    inputs)."""
     for _ in range(warmup):
         if before: before()
         fn()
     torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        if before: before()
-        a = torch.cuda.Event(enable_timing=True)
-        b = torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
+    times = [timed_call(fn, before) for _ in range(reps)]
     return statistics.median(times), min(times)
+
+
+def time_interleaved(cases, reps, warmup):
+    """time_it for several calls at once: cases is a list of (fn, before);
+    each round times every case once, in an order rotated by one each
+    round, so that clock and temperature drift over the run reach every
+    case alike. Returns the medians (ms), in the order of cases."""
+    for _ in range(warmup):
+        for fn, before in cases:
+            if before: before()
+            fn()
+    torch.cuda.synchronize()
+    times = [[] for _ in cases]
+    for r in range(reps):
+        for i in range(len(cases)):
+            k = (i + r) % len(cases)
+            times[k].append(timed_call(*cases[k]))
+    return [statistics.median(t) for t in times]
 
 
 def extra_mem(fn, baseline_extra=0, before=None):
@@ -204,17 +230,35 @@ def main():
             if st != 0:
                 sys.exit(f"xent_cuda_ce failed: {lib.xent_last_error().decode()}")
 
-        ms, _ = time_it(lambda: xent_call(grad.data_ptr(), logits), args.reps, args.warmup)
-        add("fwd+bwd", "xent (grad buffer)", ms, 16 * T + 16, floor_ms, loss=loss.item())
-        old = lib.xent_cuda_set_label_check(0)
-        ms, _ = time_it(lambda: xent_call(grad.data_ptr(), logits), args.reps, args.warmup)
-        lib.xent_cuda_set_label_check(old)
-        add("fwd+bwd", "xent (grad buffer, unchecked)", ms, 16 * T + 16, floor_ms)
+        def unchecked(fn):
+            def call():
+                old = lib.xent_cuda_set_label_check(0)
+                try:
+                    fn()
+                finally:
+                    lib.xent_cuda_set_label_check(old)
+            return call
+
+        # the xent calls of this shape timed together (time_interleaved)
         restore = lambda: logits.copy_(master)
-        ms, _ = time_it(lambda: xent_call(logits.data_ptr(), logits), args.reps, args.warmup,
-                        before=restore)
-        add("fwd+bwd", "xent (in place)", ms, 16 * T + 16, floor_ms)
+        lp = torch.empty(T, device="cuda", dtype=torch.float32)
+
+        def xent_lp():
+            inp = Input(master.data_ptr(), XENT_BF16, T, V, 0, labels.data_ptr(), XENT_I64, None)
+            st = lib.xent_cuda_logprobs(C.byref(inp), C.byref(opts), C.c_void_p(lp.data_ptr()),
+                                        None, stream())
+            if st != 0:
+                sys.exit(f"xent_cuda_logprobs failed: {lib.xent_last_error().decode()}")
+        gcall = lambda: xent_call(grad.data_ptr(), logits)
+        xms = time_interleaved([(gcall, None), (unchecked(gcall), None),
+                                (lambda: xent_call(logits.data_ptr(), logits), restore),
+                                (xent_lp, None), (unchecked(xent_lp), None)],
+                               args.reps, args.warmup)
         restore()
+        gcall()
+        add("fwd+bwd", "xent (grad buffer)", xms[0], 16 * T + 16, floor_ms, loss=loss.item())
+        add("fwd+bwd", "xent (grad buffer, unchecked)", xms[1], 16 * T + 16, floor_ms)
+        add("fwd+bwd", "xent (in place)", xms[2], 16 * T + 16, floor_ms)
         for var in filter(None, args.variants.split(",")):
             env = dict(kv.split("=", 1) for kv in var.split("+"))
             os.environ.update(env)
@@ -283,21 +327,9 @@ def main():
                     extra_mem(liger, 0, before=restore), floor_ms)
                 restore()
 
-        # ---- forward only: per-token log-probabilities
-        lp = torch.empty(T, device="cuda", dtype=torch.float32)
-
-        def xent_lp():
-            inp = Input(master.data_ptr(), XENT_BF16, T, V, 0, labels.data_ptr(), XENT_I64, None)
-            st = lib.xent_cuda_logprobs(C.byref(inp), C.byref(opts), C.c_void_p(lp.data_ptr()),
-                                        None, stream())
-            if st != 0:
-                sys.exit(f"xent_cuda_logprobs failed: {lib.xent_last_error().decode()}")
-        ms, _ = time_it(xent_lp, args.reps, args.warmup)
-        add("logprobs", "xent_cuda_logprobs", ms, 16 * T + 16, rfloor_ms)
-        old = lib.xent_cuda_set_label_check(0)
-        ms, _ = time_it(xent_lp, args.reps, args.warmup)
-        lib.xent_cuda_set_label_check(old)
-        add("logprobs", "xent_cuda_logprobs (unchecked)", ms, 16 * T + 16, rfloor_ms)
+        # ---- forward only: per-token log-probabilities (xent timed above)
+        add("logprobs", "xent_cuda_logprobs", xms[3], 16 * T + 16, rfloor_ms)
+        add("logprobs", "xent_cuda_logprobs (unchecked)", xms[4], 16 * T + 16, rfloor_ms)
         if not args.no_peers:
             with torch.no_grad():
                 f1 = lambda: -F.cross_entropy(master, labels, reduction="none")

@@ -42,7 +42,6 @@ import ctypes
 import json
 import os
 import pathlib
-import statistics
 import sys
 import time
 
@@ -92,22 +91,7 @@ def load_binding(lib):
 
 
 # --------------------------------------------------------------- timing --
-def time_it(fn, reps, warmup):
-    """Median and min ms of fn() over reps runs (CUDA events), after warmup
-    runs."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a = torch.cuda.Event(enable_timing=True)
-        b = torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return statistics.median(times), min(times)
+from cuda_ce_bench import time_it  # noqa: E402  (median and min ms, CUDA events)
 
 
 def extra_mem(fn, returned_bytes=0):
