@@ -21,7 +21,8 @@ measured in this run; forward-only:
 2*T*V bytes at the read bandwidth measured in this run. Extra memory: peak
 allocated by the call beyond its inputs and its gradient (torch's allocator;
 xent's scratch, from its own stream-ordered pool, is reported by
-construction: 16 bytes per row plus 16, with a gradient or forward-only).
+construction: with a gradient and a reduced loss, 16 + 576 bytes a call
+whatever T; forward-only, 16 bytes a row plus 16).
 
 Usage: python3 bench/cuda_ce_bench.py [--shapes 16384x128256,8192x151936,32768x32000]
        [--reps 20] [--warmup 3] [--lib build/libxent.so] [--json FILE] [--no-compile]
@@ -230,6 +231,7 @@ def main():
             if st != 0:
                 sys.exit(f"xent_cuda_ce failed: {lib.xent_last_error().decode()}")
 
+        XENT_SCRATCH_GRAD = 16 + 576  # the label record and the reductions' accumulator
         def unchecked(fn):
             def call():
                 old = lib.xent_cuda_set_label_check(0)
@@ -256,9 +258,9 @@ def main():
                                args.reps, args.warmup)
         restore()
         gcall()
-        add("fwd+bwd", "xent (grad buffer)", xms[0], 16 * T + 16, floor_ms, loss=loss.item())
-        add("fwd+bwd", "xent (grad buffer, unchecked)", xms[1], 16 * T + 16, floor_ms)
-        add("fwd+bwd", "xent (in place)", xms[2], 16 * T + 16, floor_ms)
+        add("fwd+bwd", "xent (grad buffer)", xms[0], XENT_SCRATCH_GRAD, floor_ms, loss=loss.item())
+        add("fwd+bwd", "xent (grad buffer, unchecked)", xms[1], XENT_SCRATCH_GRAD, floor_ms)
+        add("fwd+bwd", "xent (in place)", xms[2], XENT_SCRATCH_GRAD, floor_ms)
         for var in filter(None, args.variants.split(",")):
             env = dict(kv.split("=", 1) for kv in var.split("+"))
             os.environ.update(env)

@@ -909,6 +909,85 @@ TEST(cuda_bad_labels) {
     free(g);
 }
 
+/* The reduced loss does not depend on the order of the rows: each row's
+ * loss is added exactly (integer atomics on a long accumulator, 576 bytes
+ * whatever T) and the sum rounded once, so a batch and a permutation of its
+ * rows give the same SUM and MEAN bits (the on-chip kernel at V = 5003, the
+ * streaming kernel at V = 40000; forward only and with a gradient; MEAN
+ * with a z-loss term, and the rows' scales from 0.3 to 30, so that the
+ * losses span several digits of the accumulator). Also within the CPU's
+ * bound, which catches a lost or misplaced addition. */
+TEST(cuda_reduction_order_free) {
+    if (!gpu_ready()) return;
+    const int64_t T = 257, Vs[2] = {5003, 40000};
+    xt_rng_t *r = xt_rng();
+    for (int vi = 0; vi < 2; vi++) {
+        const int64_t V = Vs[vi], n = T * V;
+        uint16_t *h = malloc(n * 2), *hp = malloc(n * 2);
+        int64_t *lab = malloc(T * 8), *labp = malloc(T * 8), *perm = malloc(T * 8);
+        for (int64_t t = 0; t < T; t++) {
+            const double sc = 0.3 * pow(100.0, xt_uniform(r));
+            for (int64_t j = 0; j < V; j++)
+                h[t * V + j] = xent_f32_to_bf16((float)(sc * xt_normal(r)));
+            lab[t] = xt_uniform(r) < 0.1 ? -100 : xt_randint(r, V);
+            perm[t] = t;
+        }
+        for (int64_t t = T - 1; t > 0; t--) { /* Fisher-Yates */
+            int64_t j = xt_randint(r, t + 1), x = perm[t];
+            perm[t] = perm[j];
+            perm[j] = x;
+        }
+        for (int64_t t = 0; t < T; t++) {
+            memcpy(hp + t * V, h + perm[t] * V, V * 2);
+            labp[t] = lab[perm[t]];
+        }
+        for (int red = 0; red < 2; red++)
+            for (int grad = 0; grad < 2; grad++) {
+                xent_ce_opts o;
+                xent_ce_opts_init(&o);
+                o.reduction = red ? XENT_REDUCE_MEAN : XENT_REDUCE_SUM;
+                if (red) o.z_loss = 1e-3;
+                float loss[2] = {NAN, NAN};
+                int64_t cnt[2] = {-1, -1};
+                for (int k = 0; k < 2; k++) {
+                    void *dl = dev_copy(k ? hp : h, n * 2), *dlab = dev_copy(k ? labp : lab, T * 8);
+                    float *dloss = dev_alloc(4);
+                    int64_t *dcnt = dev_alloc(8);
+                    void *dg = grad ? dev_alloc(n * 2) : NULL;
+                    xent_ce_input in = {dl, XENT_BF16, T, V, 0, dlab, XENT_I64, NULL};
+                    xent_ce_output out;
+                    memset(&out, 0, sizeof out);
+                    out.loss = dloss;
+                    out.n_counted = dcnt;
+                    out.grad = dg;
+                    out.grad_dtype = XENT_BF16;
+                    xent_status s = xent_cuda_ce(&in, &o, &out, NULL);
+                    CHECK(s == XENT_OK, "V=%lld: %s", (long long)V, xent_last_error());
+                    host_copy(&loss[k], dloss, 4);
+                    host_copy(&cnt[k], dcnt, 8);
+                    cudaFree(dl); cudaFree(dlab); cudaFree(dloss); cudaFree(dcnt);
+                    if (dg) cudaFree(dg);
+                }
+                uint32_t b0, b1;
+                memcpy(&b0, &loss[0], 4);
+                memcpy(&b1, &loss[1], 4);
+                CHECK(b0 == b1 && cnt[0] == cnt[1] && !isnan(loss[0]),
+                      "V=%lld %s%s: loss %.9g (0x%08x) vs %.9g (0x%08x) after permuting the rows",
+                      (long long)V, red ? "MEAN" : "SUM", grad ? " with a gradient" : "",
+                      (double)loss[0], b0, (double)loss[1], b1);
+                float cl = NAN;
+                xent_ce_input ci = {h, XENT_BF16, T, V, 0, lab, XENT_I64, NULL};
+                xent_ce_output co;
+                memset(&co, 0, sizeof co);
+                co.loss = &cl;
+                CHECK(xent_ce(&ci, &o, &co) == XENT_OK, "CPU: %s", xent_last_error());
+                CHECK(xt_ulp_dist_f32(loss[0], cl) <= 4, "V=%lld %s: loss %.9g vs CPU %.9g",
+                      (long long)V, red ? "MEAN" : "SUM", (double)loss[0], (double)cl);
+            }
+        free(h); free(hp); free(lab); free(labp); free(perm);
+    }
+}
+
 /* A bad label on every entry point and both row kernels (V = 1000: the
  * on-chip kernel; V = 40000: the streaming kernel; the second row of the
  * batch bad). The row kernels are queued before the host reads the label

@@ -20,10 +20,10 @@
  * n_nonfinite, and nothing is read out of bounds.
  *
  * Scratch: each call takes stream-ordered scratch on `stream` (freed on
- * `stream` before it returns): 16 bytes, plus 16 a row when a reduced loss
- * or a count is asked for, or when a call without a gradient, entropy or
- * label smoothing leaves each row's statistics for a second kernel to
- * finish (the two share those 16 bytes). It comes from a memory
+ * `stream` before it returns): 16 bytes, plus 576 when a reduced loss or a
+ * count is asked for (whatever T), plus 16 a row when a call without a
+ * gradient, entropy or label smoothing leaves each row's statistics for a
+ * second kernel to finish. It comes from a memory
  * pool the library creates on each device at first use, which keeps up to
  * 64 MiB of freed scratch between calls; under CUDA graph capture (and on
  * a non-default stream before CUDA 12.8), from cudaMallocAsync.
@@ -35,8 +35,9 @@
  * measured on an H200), bf16/f16 gradients within 1 ulp of the
  * CPU (label smoothing: the CPU's absolute bound), fp32 gradients are
  * computed in double like the CPU. Every per-row result is bitwise identical
- * whatever T and the row's position; reductions run in a fixed order (no
- * floating-point atomics).
+ * whatever T and the row's position; a reduced loss is the exact sum of the
+ * rows' losses rounded once (integer atomics on a long accumulator), so it
+ * does not depend on the order of the rows (no floating-point atomics).
  *
  * Differences from the CPU entry points: V must be below 2^33. Bad input
  * is found by one small pass before the rows are touched, as on the CPU:
@@ -134,7 +135,8 @@ typedef struct xent_linear_grads {
  * 768 MiB of chunk buffers). With gradients a group's dlogits [rows, V] are
  * kept for the gradient products and its logits are made 512 rows at a
  * time (fp32 [512, V]); forward only, the logits fp32 [rows, V]. Besides:
- * 16 bytes a row, an fp32 accumulator [V, H] when the weight gradient is
+ * 1 KiB (the label record and the reductions' accumulator, 256-aligned),
+ * an fp32 accumulator [V, H] when the weight gradient is
  * not fp32, and [V] doubles for a bias gradient. A call uses the largest
  * group its workspace holds. Returns 0 when `in` is NULL or its T, H or V
  * is out of range (the call itself then names the problem). */

@@ -793,15 +793,12 @@ __global__ void xc_combine_kernel(const xc_params k) {
 }
 
 /* Forward only: finishes each row from its 16-byte statistics (STAT mode
- * of the row kernels) with xc_finish, as the row kernel would have. acc
- * may be the same memory as rowstat: each thread reads its row's record
- * before it writes that row's acc. */
+ * of the row kernels) with xc_finish, as the row kernel would have. */
 __global__ void xc_stat_kernel(const xc_params k) {
     if (xc_gate(k)) return;
     for (int64_t r = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; r < k.T;
          r += (int64_t)gridDim.x * blockDim.x) {
         const xc_rowstat rs = k.rowstat[r];
-        asm volatile("" ::: "memory"); /* the read stays before acc[r]'s write */
         const xent_ce_partial p = xc_partial_of(rs);
         const xc_row w = xc_row_info(k, r);
         const xc_out o = xc_finish(k, w, &p, 1, 0);
@@ -809,33 +806,67 @@ __global__ void xc_stat_kernel(const xc_params k) {
     }
 }
 
-/* One block; thread t sums the rows [t T / n, (t+1) T / n) in order, then
- * a fixed butterfly. */
-__global__ void __launch_bounds__(1024) xc_reduce_kernel(const xc_params k, float *loss,
-                                                         int64_t *n_counted,
-                                                         int64_t *n_nonfinite) {
-    __shared__ double sh[4 * XC_MAX_WARPS];
-    const int64_t n = blockDim.x, t = threadIdx.x;
-    const int64_t b = k.T * t / n, e = k.T * (t + 1) / n;
-    double v[4] = {0, 0, 0, 0};
-    for (int64_t r = b; r < e; r++) {
-        xc_row_acc a = k.acc[r];
-        if (a.counted) { v[0] += a.loss; v[1] += 1; }
-        v[2] += a.nonfinite;
+/* The accumulator's exact sum, rounded to double once (round to nearest,
+ * ties to even): the digits' carries are propagated into 32-bit digits u
+ * and a sign; the top three nonzero digits, shifted so that their leading
+ * one is bit 95, give 64 bits whose lowest one is ORed with every bit below
+ * them (a sticky bit, far below the double's rounding position), and that
+ * 64-bit integer is converted with one rounding and scaled by a power of
+ * two (exact but for results below 2^-1022, far below any loss). */
+__device__ double xc_acc_value(const xc_long_acc *a) {
+    if (a->nan || (a->inf_pos && a->inf_neg)) return NAN;
+    if (a->inf_pos) return INFINITY;
+    if (a->inf_neg) return -INFINITY;
+    uint32_t u[XC_LA_DIGITS];
+    long long carry = 0; /* |carry| < 2^32: each counter is below 2^63 in size */
+    for (int i = 0; i < XC_LA_DIGITS; i++) {
+        const long long d = (long long)a->digit[i];
+        const long long lo = (long long)(d & 0xFFFFFFFFll) + (carry & 0xFFFFFFFFll);
+        /* d + carry = (d >> 32) 2^32 + (d & M) + carry, carry = (carry >> 32) 2^32 + (carry & M) */
+        u[i] = (uint32_t)lo;
+        carry = (d >> 32) + (carry >> 32) + (lo >> 32);
     }
-    xc_block_sum4(v, sh);
-    if (t == 0) {
-        if (loss) {
-            double l = v[0];
-            if (k.reduction == XENT_REDUCE_MEAN) {
-                double nrm = k.normalizer > 0 ? k.normalizer : v[1];
-                l = nrm > 0 ? l / nrm : 0.0;
-            }
-            *loss = (float)l;
+    /* carry is now 0 (a sum >= 0) or -1 (below 0: u holds its two's complement) */
+    const bool neg = carry < 0;
+    if (neg) {
+        unsigned long long c = 1;
+        for (int i = 0; i < XC_LA_DIGITS; i++) {
+            c += (unsigned long long)(uint32_t)~u[i];
+            u[i] = (uint32_t)c;
+            c >>= 32;
         }
-        if (n_counted) *n_counted = (int64_t)v[1];
-        if (n_nonfinite) *n_nonfinite = (int64_t)v[2];
     }
+    int h = XC_LA_DIGITS - 1;
+    while (h >= 0 && u[h] == 0) h--;
+    if (h < 0) return 0.0;
+    const uint32_t d1 = h >= 1 ? u[h - 1] : 0, d2 = h >= 2 ? u[h - 2] : 0;
+    bool sticky = false;
+    for (int i = 0; i < h - 2; i++) sticky |= u[i] != 0;
+    const int lz = __clz(u[h]);
+    /* W = u[h] d1 d2 (96 bits) << lz: its top 64 bits, and the 32 below */
+    const unsigned long long w = ((unsigned long long)u[h] << 32 | d1) << lz |
+                                 (lz ? (unsigned long long)d2 >> (32 - lz) : 0);
+    const uint32_t below = lz ? d2 << lz : d2;
+    const unsigned long long top = w | (sticky || below ? 1ull : 0ull);
+    const double v = scalbn(__ull2double_rn(top), 32 * (h - 1) - XC_LA_BIAS - lz);
+    return neg ? -v : v;
+}
+
+/* The reductions: the accumulator's sum (rounded once), divided for MEAN,
+ * and the counts. One thread. */
+__global__ void xc_reduce_kernel(const xc_params k, float *loss, int64_t *n_counted,
+                                 int64_t *n_nonfinite) {
+    const xc_long_acc *a = k.acc;
+    if (loss) {
+        double l = xc_acc_value(a);
+        if (k.reduction == XENT_REDUCE_MEAN) {
+            const double nrm = k.normalizer > 0 ? k.normalizer : (double)a->counted;
+            l = nrm > 0 ? l / nrm : 0.0;
+        }
+        *loss = (float)l;
+    }
+    if (n_counted) *n_counted = (int64_t)a->counted;
+    if (n_nonfinite) *n_nonfinite = (int64_t)a->nonfinite;
 }
 
 /* ------------------------------------------------------------------ */
@@ -960,6 +991,7 @@ int xc_launch_rows(const xc_params *p, int block, void *stream) {
 int xc_launch_labels(const xc_params *p, xc_label_rec *rec, void *stream) {
     cudaStream_t s = (cudaStream_t)stream;
     cudaError_t e = cudaMemsetAsync(rec, 0, sizeof *rec, s);
+    if (e == cudaSuccess && p->acc) e = cudaMemsetAsync(p->acc, 0, sizeof *p->acc, s);
     if (e != cudaSuccess) return (int)e;
     int64_t blocks = (p->T + 255) / 256;
     if (blocks < 1) blocks = 1;
@@ -975,6 +1007,6 @@ int xc_launch_combine(const xc_params *p, void *stream) {
 
 int xc_launch_reduce(const xc_params *p, float *loss, int64_t *n_counted,
                      int64_t *n_nonfinite, void *stream) {
-    xc_reduce_kernel<<<1, 1024, 0, (cudaStream_t)stream>>>(*p, loss, n_counted, n_nonfinite);
+    xc_reduce_kernel<<<1, 1, 0, (cudaStream_t)stream>>>(*p, loss, n_counted, n_nonfinite);
     return (int)cudaGetLastError();
 }

@@ -194,32 +194,35 @@ cudaError_t xc_malloc_async(void **ptr, size_t bytes, cudaStream_t s) {
 }
 
 typedef struct xc_scratch {
-    xc_label_rec *rec;     /* device, 16 bytes      */
-    xc_row_acc *acc;       /* device, [T] or NULL   */
-    xc_rowstat *stat;      /* device, [T] or NULL: the same memory as acc */
+    xc_label_rec *rec;     /* device, 16 bytes               */
+    xc_long_acc *acc;      /* device, 576 bytes, or NULL     */
+    xc_rowstat *stat;      /* device, [T] or NULL            */
     cudaStream_t s;
 } xc_scratch;
 
-static_assert(sizeof(xc_row_acc) == 16 && sizeof(xc_rowstat) == 16,
-              "a row's scratch is 16 bytes");
+static_assert(sizeof(xc_label_rec) == 16 && sizeof(xc_long_acc) == 576 &&
+                  sizeof(xc_rowstat) == 16,
+              "the scratch: 16 bytes, 576 for the reductions, 16 a row forward-only");
 
-/* The label record (16 bytes) and, when asked for, 16 bytes a row: the
- * reductions' per-row values (acc) and the forward-only row statistics
- * (stat) share them (xc_stat_kernel reads a row's statistics, then writes
- * its acc over them). */
+/* The label record (16 bytes), the reductions' accumulator when a reduced
+ * loss or a count is asked for (576 bytes, whatever T), and the forward-only
+ * row statistics when the finish is a second kernel (16 bytes a row). */
 static xent_status xc_scratch_get(xc_scratch *sc, int64_t T, int want_acc, int want_stat,
                                   cudaStream_t s) {
     sc->rec = NULL;
     sc->acc = NULL;
     sc->stat = NULL;
     sc->s = s;
-    const size_t row_bytes = (want_acc || want_stat) ? (size_t)T * 16 : 0;
+    const size_t acc_bytes = want_acc ? sizeof(xc_long_acc) : 0;
+    const size_t row_bytes = want_stat ? (size_t)T * sizeof(xc_rowstat) : 0;
     void *p = NULL;
-    const xent_status st = xc_alloc(&p, sizeof(xc_label_rec) + row_bytes, s, "scratch");
+    const xent_status st =
+        xc_alloc(&p, sizeof(xc_label_rec) + acc_bytes + row_bytes, s, "scratch");
     if (st != XENT_OK) return st;
-    sc->rec = (xc_label_rec *)p;
-    if (want_acc) sc->acc = (xc_row_acc *)((char *)p + 16);
-    if (want_stat) sc->stat = (xc_rowstat *)((char *)p + 16);
+    char *c = (char *)p;
+    sc->rec = (xc_label_rec *)c;
+    if (want_acc) sc->acc = (xc_long_acc *)(c + sizeof(xc_label_rec));
+    if (want_stat) sc->stat = (xc_rowstat *)(c + sizeof(xc_label_rec) + acc_bytes);
     return XENT_OK;
 }
 
@@ -433,9 +436,9 @@ static xent_status xc_forward(const char *fn, xc_params *p, xent_ce_output *out,
     xent_status st = xc_scratch_get(&sc, p->T, want_acc, want_stat, s);
     if (st != XENT_OK) return st;
     xc_pending pend;
+    p->acc = sc.acc; /* zeroed by the label pass */
     st = xc_label_begin(fn, p, sc.rec, s, &pend);
     if (st == XENT_OK) {
-        p->acc = sc.acc;
         p->rowstat = sc.stat;
         int e = combine ? xc_launch_combine(p, s) : xc_launch_rows(p, xc_block(p->V), s);
         st = xc_cuda((cudaError_t)e, combine ? "combine kernel" : "row kernel");

@@ -353,7 +353,6 @@ __device__ __forceinline__ void xc_block_sum(double v[4], double *sh /* [4*32] *
         v[i] = r;
     }
 }
-__device__ __forceinline__ void xc_block_sum4(double v[4], double *sh) { xc_block_sum<4>(v, sh); }
 
 /* The row's four sums {top count, rest, SX, ZS} over the block; without
  * EXTRA (no entropy, no smoothing) SX and ZS are not needed: zero. */

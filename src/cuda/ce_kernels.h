@@ -24,12 +24,21 @@ typedef struct xc_rowstat {
     float target; /* xent_ce_partial.target, or NaN */
 } xc_rowstat;
 
-/* Per-row values kept for the fixed-order reductions (16 bytes a row). */
-typedef struct xc_row_acc {
-    double loss;   /* the row's loss (0 when ignored)                      */
-    int counted;   /* the row has a target                                 */
-    int nonfinite; /* the row saw a NaN/inf logit (or a bad label)         */
-} xc_row_acc;
+/* The reductions' accumulator, one a call (576 bytes, zeroed with the
+ * label record): each row adds its loss exactly, as 32-bit digits of one
+ * fixed-point number that spans every double (digit i weighs
+ * 2^(32 i - XC_LA_BIAS)), each digit in a 64-bit counter so that carries
+ * wait for the finish (fewer than 2^31 rows add at most 2^32 - 1 each).
+ * Integer atomics: the sum does not depend on the order of the rows;
+ * xc_reduce_kernel rounds it to double once (docs/cuda.md). */
+#define XC_LA_DIGITS 68
+#define XC_LA_BIAS 1088
+typedef struct xc_long_acc {
+    unsigned long long digit[XC_LA_DIGITS]; /* signed, two's complement      */
+    unsigned long long counted;   /* rows with a target                    */
+    unsigned long long nonfinite; /* rows with a NaN/inf logit (or a bad label) */
+    unsigned int nan, inf_pos, inf_neg, pad; /* non-finite losses seen     */
+} xc_long_acc;
 
 /* Written by the label pass: the error to report as prio << 60 | (T - row) << 2 | kind
  * (0: none; kinds in ce.cu's xc_label_kernel) and the number of rows with
@@ -57,11 +66,9 @@ typedef struct xc_params {
     xent_ce_partial *partial;    /* [T] (PART mode)                        */
     xc_rowstat *rowstat;         /* [T] forward only, no gradient, no extra:
                                     scratch for the rows' statistics (STAT
-                                    mode, then xc_stat_kernel; xc_launch_rows).
-                                    May be the same memory as acc: the finish
-                                    reads a row's record before it writes
-                                    acc[r] over it */
-    xc_row_acc *acc;             /* [T] for the reductions, or NULL        */
+                                    mode, then xc_stat_kernel; xc_launch_rows) */
+    xc_long_acc *acc;            /* the reductions' sums, or NULL; zeroed
+                                    by xc_launch_labels                    */
     const xc_label_rec *rec;     /* label pass result (MEAN's count)       */
     /* gradient */
     void *grad;                  /* [T, ld_grad] or NULL                   */
@@ -95,6 +102,7 @@ int xc_launch_rows(const xc_params *p, int block, void *stream);
 /* The on-chip kernel (ce_cluster.cu), or -1 when it does not apply (other
  * dtypes or modes, softcap, an fp32 gradient, V too large). */
 int xq_launch_rows(const xc_params *p, void *stream);
+/* The label pass into rec (zeroed first, with p->acc when set). */
 int xc_launch_labels(const xc_params *p, xc_label_rec *rec, void *stream);
 int xc_launch_combine(const xc_params *p, void *stream);
 int xc_launch_reduce(const xc_params *p, float *loss, int64_t *n_counted,

@@ -168,6 +168,29 @@ __device__ __forceinline__ xent_ce_partial xc_partial_of(const xc_rowstat &s) {
     return p;
 }
 
+/* v (a double) added exactly to the accumulator's digits: v = m 2^e with
+ * an integer m < 2^53, so m << s (s = (e + XC_LA_BIAS) mod 32) spans at
+ * most three digits; a negative v adds their two's complements. NaN and
+ * infinities only raise flags. */
+__device__ __forceinline__ void xc_acc_add(xc_long_acc *a, double v) {
+    if (v == 0) return;
+    if (v != v) { atomicOr(&a->nan, 1u); return; }
+    if (isinf(v)) { atomicOr(v > 0 ? &a->inf_pos : &a->inf_neg, 1u); return; }
+    const unsigned long long b = (unsigned long long)__double_as_longlong(v);
+    const int ex = (int)((b >> 52) & 0x7ff);
+    unsigned long long m = b & ((1ull << 52) - 1);
+    int e = -1074; /* subnormal */
+    if (ex) { m |= 1ull << 52; e = ex - 1075; }
+    const int p = e + XC_LA_BIAS; /* >= 14 */
+    const int i = p >> 5, s = p & 31;
+    const unsigned long long lo = m << s, hi = s ? m >> (64 - s) : 0; /* hi < 2^20 */
+    const unsigned long long c[3] = {lo & 0xFFFFFFFFull, lo >> 32, hi};
+    const bool neg = (b >> 63) != 0;
+#pragma unroll
+    for (int j = 0; j < 3; j++)
+        if (c[j]) atomicAdd(&a->digit[i + j], neg ? 0ull - c[j] : c[j]);
+}
+
 static __device__ void xc_emit(const xc_params &k, int64_t r, const xc_out &o) {
     if (k.nll) k.nll[r] = (float)o.nll;
     if (k.logprob) k.logprob[r] = (float)(-o.nll) + 0.0f;
@@ -176,11 +199,11 @@ static __device__ void xc_emit(const xc_params &k, int64_t r, const xc_out &o) {
     if (k.stats) { k.stats[r].lse = o.lse; k.stats[r].nll = o.nll; }
     if (k.loss_rows) k.loss_rows[r] = (float)o.loss;
     if (k.acc) {
-        xc_row_acc a;
-        a.loss = o.loss;
-        a.counted = o.counted;
-        a.nonfinite = o.nonfinite;
-        k.acc[r] = a;
+        if (o.counted) {
+            atomicAdd(&k.acc->counted, 1ull);
+            xc_acc_add(k.acc, o.loss);
+        }
+        if (o.nonfinite) atomicAdd(&k.acc->nonfinite, 1ull);
     }
 }
 

@@ -16,12 +16,12 @@
  * buffer small.
  * The count of rows with a target (reduction MEAN) comes from one label
  * pass over all T before the first chunk, so every chunk scales its rows
- * as the unchunked kernel would; the per-row values for the reductions go
- * to one [T] array reduced at the end in a fixed order.
+ * as the unchunked kernel would; each row's loss is added exactly into one
+ * accumulator (xc_long_acc, integer atomics: no order), rounded at the end.
  *
  * Workspace (device, caller's or allocated here), each region 256-aligned:
  *   rec       16 B             label pass record
- *   acc       [T] xc_row_acc   per-row loss / counted / non-finite
+ *   acc       576 B            the reductions' exact sums and counts
  *   logits    [Tl, V] f32
  *   dlogits   [Tg, V] dtype    (gradients only)
  *   dweight   [V, H] f32       (weight gradient not in fp32)
@@ -190,7 +190,7 @@ static xl_layout xl_plan(const xent_linear_input *in, const xent_linear_grads *g
     const int grads = xl_has_grads(g);
     L.dw_ws = grads && g->weight && g->weight_dtype != XENT_F32;
     L.db_ws = grads && g->bias != NULL;
-    L.fixed = xl_up(sizeof(xc_label_rec)) + xl_up(in->T * (int64_t)sizeof(xc_row_acc)) +
+    L.fixed = xl_up(sizeof(xc_label_rec)) + xl_up(sizeof(xc_long_acc)) +
               (L.dw_ws ? xl_up(in->V * in->H * 4) : 0) + (L.db_ws ? xl_up(in->V * 8) : 0);
     L.lrow = in->V * 4;
     L.grow = grads ? in->V * xl_size(in->dtype) : 0;
@@ -345,7 +345,7 @@ typedef struct xl_run {
     int64_t Tg, Tl; /* group and chunk rows */
     /* workspace regions */
     xc_label_rec *rec;
-    xc_row_acc *acc;
+    xc_long_acc *acc;
     float *logits;  /* [Tl, V] */
     void *dlogits;  /* [Tg, V] in->dtype, or NULL */
     float *dw;      /* [V, H] f32: the caller's (fp32) or the workspace's */
@@ -359,8 +359,8 @@ static void xl_carve(xl_run *r, const xl_layout *L, char *ws) {
     const xent_linear_input *in = r->in;
     r->rec = (xc_label_rec *)ws;
     ws += xl_up(sizeof(xc_label_rec));
-    r->acc = (xc_row_acc *)ws;
-    ws += xl_up(in->T * (int64_t)sizeof(xc_row_acc));
+    r->acc = (xc_long_acc *)ws;
+    ws += xl_up(sizeof(xc_long_acc));
     r->dw = NULL;
     r->db = NULL;
     r->dw_ws = L->dw_ws;
@@ -396,7 +396,6 @@ static xc_params xl_chunk_params(const xl_run *r, int64_t r0, int64_t n) {
     if (p.stats) p.stats += r0;
     if (p.partial) p.partial += r0;
     if (p.in_stats) p.in_stats += r0;
-    if (p.acc) p.acc += r0;
     return p;
 }
 
