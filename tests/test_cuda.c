@@ -984,6 +984,35 @@ TEST(cuda_reduction_order_free) {
                 CHECK(xt_ulp_dist_f32(loss[0], cl) <= 4, "V=%lld %s: loss %.9g vs CPU %.9g",
                       (long long)V, red ? "MEAN" : "SUM", (double)loss[0], (double)cl);
             }
+        /* a NaN logit in a counted row makes the sum NaN; in an ignored
+         * row it does not (that row's loss is 0) */
+        for (int ign = 0; ign < 2; ign++) {
+            int64_t t = 0;
+            while ((lab[t] == -100) != ign) t++;
+            uint16_t keep = h[t * V + 1];
+            h[t * V + 1] = 0x7FC0; /* bf16 NaN */
+            void *dl = dev_copy(h, n * 2), *dlab = dev_copy(lab, T * 8);
+            float *dloss = dev_alloc(4), loss = 0;
+            int64_t *dcnt = dev_alloc(16), cnt[2] = {-1, -1};
+            xent_ce_input in = {dl, XENT_BF16, T, V, 0, dlab, XENT_I64, NULL};
+            xent_ce_opts o;
+            xent_ce_opts_init(&o);
+            o.reduction = XENT_REDUCE_SUM;
+            xent_ce_output out;
+            memset(&out, 0, sizeof out);
+            out.loss = dloss;
+            out.n_counted = dcnt;
+            out.n_nonfinite = dcnt + 1;
+            CHECK(xent_cuda_ce(&in, &o, &out, NULL) == XENT_OK, "NaN row: %s", xent_last_error());
+            host_copy(&loss, dloss, 4);
+            host_copy(cnt, dcnt, 16);
+            CHECK(ign ? !isnan(loss) : isnan(loss), "V=%lld: a NaN in %s row gives loss %g",
+                  (long long)V, ign ? "an ignored" : "a counted", (double)loss);
+            CHECK(cnt[1] == 1, "V=%lld: %lld non-finite rows, expected 1", (long long)V,
+                  (long long)cnt[1]);
+            h[t * V + 1] = keep;
+            cudaFree(dl); cudaFree(dlab); cudaFree(dloss); cudaFree(dcnt);
+        }
         free(h); free(hp); free(lab); free(labp); free(perm);
     }
 }
