@@ -909,6 +909,31 @@ TEST(cuda_bad_labels) {
     free(g);
 }
 
+/* One xent_cuda_ce call on host rows h [T, V] (bf16) and labels lab [T]:
+ * the reduced loss into *loss and the counts {counted, non-finite} into
+ * cnt; with grad, a gradient buffer too (not read back). */
+static void reduced_loss(const uint16_t *h, const int64_t *lab, int64_t T, int64_t V,
+                         const xent_ce_opts *o, int grad, float *loss, int64_t cnt[2]) {
+    void *dl = dev_copy(h, T * V * 2), *dlab = dev_copy(lab, T * 8);
+    float *dloss = dev_alloc(4);
+    int64_t *dcnt = dev_alloc(16);
+    void *dg = grad ? dev_alloc(T * V * 2) : NULL;
+    xent_ce_input in = {dl, XENT_BF16, T, V, 0, dlab, XENT_I64, NULL};
+    xent_ce_output out;
+    memset(&out, 0, sizeof out);
+    out.loss = dloss;
+    out.n_counted = dcnt;
+    out.n_nonfinite = dcnt + 1;
+    out.grad = dg;
+    out.grad_dtype = XENT_BF16;
+    xent_status s = xent_cuda_ce(&in, o, &out, NULL);
+    CHECK(s == XENT_OK, "V=%lld: %s", (long long)V, xent_last_error());
+    host_copy(loss, dloss, 4);
+    host_copy(cnt, dcnt, 16);
+    cudaFree(dl); cudaFree(dlab); cudaFree(dloss); cudaFree(dcnt);
+    if (dg) cudaFree(dg);
+}
+
 /* The reduced loss does not depend on the order of the rows: each row's
  * loss is added exactly (integer atomics on a long accumulator, 576 bytes
  * whatever T) and the sum rounded once, so a batch and a permutation of its
@@ -948,30 +973,13 @@ TEST(cuda_reduction_order_free) {
                 o.reduction = red ? XENT_REDUCE_MEAN : XENT_REDUCE_SUM;
                 if (red) o.z_loss = 1e-3;
                 float loss[2] = {NAN, NAN};
-                int64_t cnt[2] = {-1, -1};
-                for (int k = 0; k < 2; k++) {
-                    void *dl = dev_copy(k ? hp : h, n * 2), *dlab = dev_copy(k ? labp : lab, T * 8);
-                    float *dloss = dev_alloc(4);
-                    int64_t *dcnt = dev_alloc(8);
-                    void *dg = grad ? dev_alloc(n * 2) : NULL;
-                    xent_ce_input in = {dl, XENT_BF16, T, V, 0, dlab, XENT_I64, NULL};
-                    xent_ce_output out;
-                    memset(&out, 0, sizeof out);
-                    out.loss = dloss;
-                    out.n_counted = dcnt;
-                    out.grad = dg;
-                    out.grad_dtype = XENT_BF16;
-                    xent_status s = xent_cuda_ce(&in, &o, &out, NULL);
-                    CHECK(s == XENT_OK, "V=%lld: %s", (long long)V, xent_last_error());
-                    host_copy(&loss[k], dloss, 4);
-                    host_copy(&cnt[k], dcnt, 8);
-                    cudaFree(dl); cudaFree(dlab); cudaFree(dloss); cudaFree(dcnt);
-                    if (dg) cudaFree(dg);
-                }
+                int64_t cnt[2][2] = {{-1, -1}, {-1, -1}};
+                reduced_loss(h, lab, T, V, &o, grad, &loss[0], cnt[0]);
+                reduced_loss(hp, labp, T, V, &o, grad, &loss[1], cnt[1]);
                 uint32_t b0, b1;
                 memcpy(&b0, &loss[0], 4);
                 memcpy(&b1, &loss[1], 4);
-                CHECK(b0 == b1 && cnt[0] == cnt[1] && !isnan(loss[0]),
+                CHECK(b0 == b1 && cnt[0][0] == cnt[1][0] && !isnan(loss[0]),
                       "V=%lld %s%s: loss %.9g (0x%08x) vs %.9g (0x%08x) after permuting the rows",
                       (long long)V, red ? "MEAN" : "SUM", grad ? " with a gradient" : "",
                       (double)loss[0], b0, (double)loss[1], b1);
@@ -991,27 +999,17 @@ TEST(cuda_reduction_order_free) {
             while ((lab[t] == -100) != ign) t++;
             uint16_t keep = h[t * V + 1];
             h[t * V + 1] = 0x7FC0; /* bf16 NaN */
-            void *dl = dev_copy(h, n * 2), *dlab = dev_copy(lab, T * 8);
-            float *dloss = dev_alloc(4), loss = 0;
-            int64_t *dcnt = dev_alloc(16), cnt[2] = {-1, -1};
-            xent_ce_input in = {dl, XENT_BF16, T, V, 0, dlab, XENT_I64, NULL};
+            float loss = 0;
+            int64_t cnt[2] = {-1, -1};
             xent_ce_opts o;
             xent_ce_opts_init(&o);
             o.reduction = XENT_REDUCE_SUM;
-            xent_ce_output out;
-            memset(&out, 0, sizeof out);
-            out.loss = dloss;
-            out.n_counted = dcnt;
-            out.n_nonfinite = dcnt + 1;
-            CHECK(xent_cuda_ce(&in, &o, &out, NULL) == XENT_OK, "NaN row: %s", xent_last_error());
-            host_copy(&loss, dloss, 4);
-            host_copy(cnt, dcnt, 16);
+            reduced_loss(h, lab, T, V, &o, 0, &loss, cnt);
             CHECK(ign ? !isnan(loss) : isnan(loss), "V=%lld: a NaN in %s row gives loss %g",
                   (long long)V, ign ? "an ignored" : "a counted", (double)loss);
             CHECK(cnt[1] == 1, "V=%lld: %lld non-finite rows, expected 1", (long long)V,
                   (long long)cnt[1]);
             h[t * V + 1] = keep;
-            cudaFree(dl); cudaFree(dlab); cudaFree(dloss); cudaFree(dcnt);
         }
         free(h); free(hp); free(lab); free(labp); free(perm);
     }
