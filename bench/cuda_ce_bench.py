@@ -27,8 +27,8 @@ whatever T; forward-only, 16 bytes a row plus 16).
 
 Usage: python3 bench/cuda_ce_bench.py [--shapes 16384x128256,8192x151936,32768x32000]
        [--reps 20] [--warmup 3] [--lib build/libxent.so] [--json FILE] [--no-compile]
-       [--no-peers] [--variants XENT_CUDA_CLUSTER=0,XENT_CUDA_CLUSTER=4:128,...]
-(a variant times xent again with those environment settings: forward +
+       [--no-peers] [--exact] [--variants XENT_CUDA_CLUSTER=0,XENT_CUDA_CLUSTER=4:128,...]
+(--exact: xent in exact mode too, in place and forward-only; a variant times xent again with those environment settings: forward +
 backward into the gradient buffer and in place, and forward-only; e.g. the
 streaming kernel forced, or the on-chip kernel with clusters of 4 blocks)
 """
@@ -81,6 +81,9 @@ def load_lib(path):
     lib.xent_last_error.restype = C.c_char_p
     lib.xent_cuda_set_label_check.restype = C.c_int
     lib.xent_cuda_set_label_check.argtypes = [C.c_int]
+    if hasattr(lib, "xent_cuda_set_exact"):  # (builds before exact mode lack it)
+        lib.xent_cuda_set_exact.restype = C.c_int
+        lib.xent_cuda_set_exact.argtypes = [C.c_int]
     if hasattr(lib, "xent_abi_sizeof"):
         lib.xent_abi_sizeof.restype = C.c_size_t
         lib.xent_abi_sizeof.argtypes = [C.c_char_p]
@@ -179,6 +182,9 @@ def main():
     ap.add_argument("--json", default=None, help="also write the results here (default: none)")
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile (default: run it)")
     ap.add_argument("--no-peers", action="store_true", help="xent only (default: all peers)")
+    ap.add_argument("--exact", action="store_true",
+                    help="also time xent in exact mode (xent_cuda_set_exact(1): bf16 on the "
+                         "precise path), in place and forward-only (default: off)")
     ap.add_argument("--variants", default="",
                     help="also time xent under launch settings, comma-separated, each "
                          "NAME=VALUE[+NAME=VALUE] (XENT_CUDA_CLUSTER=C[:NT], XENT_CUDA_BLOCK, "
@@ -245,11 +251,13 @@ def main():
         # the xent calls of this shape timed together (time_interleaved)
         restore = lambda: logits.copy_(master)
         lp = torch.empty(T, device="cuda", dtype=torch.float32)
+        ent = torch.empty(T, device="cuda", dtype=torch.float32)
 
-        def xent_lp():
+        def xent_lp(with_entropy=False):
             inp = Input(master.data_ptr(), XENT_BF16, T, V, 0, labels.data_ptr(), XENT_I64, None)
             st = lib.xent_cuda_logprobs(C.byref(inp), C.byref(opts), C.c_void_p(lp.data_ptr()),
-                                        None, stream())
+                                        C.c_void_p(ent.data_ptr()) if with_entropy else None,
+                                        stream())
             if st != 0:
                 sys.exit(f"xent_cuda_logprobs failed: {lib.xent_last_error().decode()}")
         gcall = lambda: xent_call(grad.data_ptr(), logits)
@@ -259,13 +267,28 @@ def main():
         xms = time_interleaved([(gcall, None), (unchecked(gcall), None),
                                 (lambda: xent_call(logits.data_ptr(), logits), restore)],
                                args.reps, args.warmup)
-        xms += time_interleaved([(xent_lp, None), (unchecked(xent_lp), None)],
-                                args.reps, args.warmup)
+        xms += time_interleaved([(xent_lp, None), (unchecked(xent_lp), None),
+                                 (lambda: xent_lp(True), None)], args.reps, args.warmup)
         restore()
         gcall()
         add("fwd+bwd", "xent (grad buffer)", xms[0], XENT_SCRATCH_GRAD, floor_ms, loss=loss.item())
         add("fwd+bwd", "xent (grad buffer, unchecked)", xms[1], XENT_SCRATCH_GRAD, floor_ms)
         add("fwd+bwd", "xent (in place)", xms[2], XENT_SCRATCH_GRAD, floor_ms)
+        if args.exact:
+            def exact(fn):
+                def call():
+                    old = lib.xent_cuda_set_exact(1)
+                    try:
+                        fn()
+                    finally:
+                        lib.xent_cuda_set_exact(old)
+                return call
+            ms, _ = time_it(exact(lambda: xent_call(logits.data_ptr(), logits)), args.reps,
+                            args.warmup, before=restore)
+            add("fwd+bwd", "xent exact mode (in place)", ms, XENT_SCRATCH_GRAD, floor_ms)
+            ms, _ = time_it(exact(xent_lp), args.reps, args.warmup)
+            add("logprobs", "xent exact mode", ms, None, rfloor_ms)
+            restore()
         for var in filter(None, args.variants.split(",")):
             env = dict(kv.split("=", 1) for kv in var.split("+"))
             os.environ.update(env)
@@ -337,6 +360,7 @@ def main():
         # ---- forward only: per-token log-probabilities (xent timed above)
         add("logprobs", "xent_cuda_logprobs", xms[3], 16 * T + 16, rfloor_ms)
         add("logprobs", "xent_cuda_logprobs (unchecked)", xms[4], 16 * T + 16, rfloor_ms)
+        add("logprobs", "xent_cuda_logprobs + entropy", xms[5], 16, rfloor_ms)
         if not args.no_peers:
             with torch.no_grad():
                 f1 = lambda: -F.cross_entropy(master, labels, reduction="none")

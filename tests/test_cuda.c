@@ -239,8 +239,9 @@ static int lse_close(double a, double b, double scale) {
  * output that one term, or a set of equal terms, dominates, plus the
  * term's and the output's roundings. (Seed 473121095 under
  * XENT_SANITIZER=1 gives 3 ulp on one entropy of the on-chip kernel.) */
+static int g_exact; /* xent_cuda_set_exact(1) is on: the precise path */
 static double fwd_tol(xent_dtype dt, xent_dtype gdt, double softcap) {
-    const int fast = dt != XENT_F32 && softcap == 0 &&
+    const int fast = !g_exact && dt != XENT_F32 && softcap == 0 &&
                      (gdt == XENT_DTYPE_COUNT || gdt == XENT_BF16 || gdt == XENT_F16);
     return fast ? 4 : 2;
 }
@@ -419,6 +420,74 @@ TEST(cuda_ce_large_vocab_vs_cpu) {
     c = base_case(XENT_F32, XENT_F32, T, 50000);
     c.inplace = 1;
     check_case("f32 in place V=50000", &c);
+}
+
+/* Rows where the fast path's error is largest: the target at the max and
+ * S - 1 dominated by one other column at -d (d in [0.25, 17]), the rest
+ * at -60, so that nll = log1p(e^-d) carries the exp2's relative error
+ * whole. Half the rows have a second column at -d as well (equal terms
+ * share their error). Labels: the max's column. */
+static void dominant_rows(const ccase *c, cinputs *in) {
+    xt_rng_t *r = xt_rng();
+    for (int64_t t = 0; t < c->T; t++) {
+        const int64_t tl = xt_randint(r, c->V), j1 = (tl + 1 + xt_randint(r, c->V - 1)) % c->V;
+        const int64_t j2 = t % 2 ? (j1 + 1 + xt_randint(r, c->V - 1)) % c->V : -1;
+        const float d = (float)(0.25 + 16.75 * xt_uniform(r));
+        for (int64_t j = 0; j < c->ld; j++) {
+            const float f = j == tl ? 0.f : (j == j1 || (j == j2 && j2 != tl)) ? -d : -60.f;
+            const size_t i = (size_t)(t * c->ld + j);
+            ((uint16_t *)in->logits)[i] = to_dt16(f, c->dt);
+        }
+        in->lab64[t] = tl;
+        in->lab32[t] = (int32_t)tl;
+    }
+}
+
+/* Exact mode (xent_cuda_set_exact(1)): 16-bit logits on the precise path,
+ * every forward output within its 2 ulp of the CPU (fwd_tol), in both
+ * kernels' sizes, aligned and not, with and without a gradient, and on the
+ * rows of dominant_rows; the fast path's worst on those rows is printed
+ * beside it. The setting is per thread and restored. */
+TEST(cuda_exact_mode_vs_cpu) {
+    if (!gpu_ready()) return;
+    const xent_dtype dts[] = {XENT_BF16, XENT_F16};
+    const int64_t Vs[] = {7, 1000, 4099, 40000, 50257};
+    char what[160];
+    double worst[2] = {0, 0}; /* fast, exact: on the dominant rows */
+    for (int mode = 0; mode < 2; mode++) {
+        const int old = xent_cuda_set_exact(mode);
+        g_exact = mode;
+        for (int a = 0; a < 2; a++)
+            for (int v = 0; v < 5; v++)
+                for (int kind = 0; kind < 3; kind++) {
+                    if (mode == 0 && kind != 2) continue; /* fast: the dominant rows */
+                    ccase c = base_case(dts[a], kind == 1 ? dts[a] : XENT_DTYPE_COUNT,
+                                        xt_sanitizer() ? 6 : 40, Vs[v]);
+                    c.inplace = kind == 1 && v % 2 == 0;
+                    c.ld = Vs[v] + (v == 2 ? 3 : 0);
+                    cinputs in;
+                    fill_inputs(&c, &in);
+                    if (kind == 2) {
+                        dominant_rows(&c, &in);
+                        c.gdt = v % 2 ? dts[a] : XENT_DTYPE_COUNT;
+                    }
+                    snprintf(what, sizeof what, "%s %s V=%lld ld=%lld%s%s",
+                             mode ? "exact" : "fast", xent_dtype_name(dts[a]), (long long)c.V,
+                             (long long)c.ld, kind == 2 ? " dominant rows" : "",
+                             has_grad(&c) ? (c.inplace ? " grad in place" : " grad") : "");
+                    const double w0 = g_worst_fwd;
+                    g_worst_fwd = 0;
+                    check_case_in(what, &c, &in);
+                    if (kind == 2 && g_worst_fwd > worst[mode]) worst[mode] = g_worst_fwd;
+                    if (w0 > g_worst_fwd) g_worst_fwd = w0;
+                    free_inputs(&in);
+                    CHECK_LIMIT(10);
+                }
+        CHECK(xent_cuda_set_exact(old) == mode, "xent_cuda_set_exact did not return the setting");
+        g_exact = 0;
+    }
+    printf("    dominant rows: worst forward %.0f ulp on the fast path, %.0f in exact mode\n",
+           worst[0], worst[1]);
 }
 
 /* The fast gradient's forms (src/cuda/ce_row.h, XC_GM_*), each against the

@@ -32,7 +32,8 @@
  * uses the hardware exp2, so it does not carry the CPU's 1-ulp guarantee:
  * forward outputs are within 4 ulp of the CPU xent_ce (the MUFU exp2's
  * error when one term dominates a row's sum; 2 ulp in almost every row
- * measured on an H200), bf16/f16 gradients within 1 ulp of the
+ * measured on an H200; 2 ulp on every row in exact mode,
+ * xent_cuda_set_exact below), bf16/f16 gradients within 1 ulp of the
  * CPU (label smoothing: the CPU's absolute bound), fp32 gradients are
  * computed in double like the CPU. Every per-row result is bitwise identical
  * whatever T and the row's position; a reduced loss is the exact sum of the
@@ -60,6 +61,16 @@ int xent_cuda_device_count(void);
 /* Label checking for the calls made on this thread (default 1). Returns the
  * previous setting. */
 int xent_cuda_set_label_check(int on);
+
+/* Exact mode for the calls made on this thread (default 0). Returns the
+ * previous setting. On, bf16/f16 logits take the precise path's pass 1, as
+ * fp32 logits always do: each term in double with the CPU's exp, sums in
+ * double, each output rounded once, so every forward output is within 2
+ * ulp of the CPU's on every row; a bf16/f16 gradient keeps the fast form
+ * (within 1 ulp either way). It costs time (docs/cuda.md, bench/RESULTS.md).
+ * Off, the fast path's bound applies (above). The fused LM head's calls
+ * (below) ignore it. */
+int xent_cuda_set_exact(int on);
 
 /* As xent_ce: forward, and the gradient when out->grad is set. */
 xent_status xent_cuda_ce(const xent_ce_input *in, const xent_ce_opts *opts,

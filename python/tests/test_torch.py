@@ -284,6 +284,42 @@ def test_cuda_matches_cpu(rng, dtype):
 
 
 @need_cuda
+def test_cuda_exact_mode(rng):
+    """exact=True: bf16 logits on the precise path. On rows where one other
+    column dominates the sum (the fast path's worst case: nll =
+    log1p(e^-d) carries the exp2's error whole), the loss, log-probs and
+    entropy are within 2 ulp of the CPU's, the gradient within 1 bf16 ulp;
+    the per-thread setting does not outlive the call."""
+    T, V = 64, 5000
+    y = torch.from_numpy(rng.integers(0, V, size=T))
+    other = (y + 1 + torch.from_numpy(rng.integers(0, V - 1, size=T))) % V
+    d = torch.from_numpy(rng.uniform(0.25, 17.0, size=T)).float()
+    z = torch.full((T, V), -60.0)
+    z[torch.arange(T), y] = 0.0
+    z[torch.arange(T), other] = -d
+    z = z.bfloat16()
+    a, b = leaf(z), leaf(z.cuda())
+    la = xent.cross_entropy(a, y, reduction="none", exact=True)
+    lb = xent.cross_entropy(b, y.cuda(), reduction="none", exact=True)
+    la.sum().backward()
+    lb.sum().backward()
+    lad = la.detach().double().numpy()
+    assert np.all(np.abs(lb.detach().cpu().double().numpy() - lad)
+                  <= 2 * ulp(lad))
+    ga = a.grad.double().numpy()
+    assert np.all(np.abs(b.grad.cpu().double().numpy() - ga)
+                  <= ulp(ga, "bf16"))
+    pa, ea = xent.logprobs(z, y, entropy=True)
+    pb, eb = xent.logprobs(z.cuda(), y.cuda(), entropy=True, exact=True)
+    for got, want in ((pb, pa), (eb, ea)):
+        want = want.double().numpy()
+        assert np.all(np.abs(got.cpu().double().numpy() - want)
+                      <= 2 * ulp(want))
+    setting = xent._capi.LIB.fn("xent_cuda_set_exact")
+    assert setting(0) == 0
+
+
+@need_cuda
 def test_cuda_no_extra_TxV_memory(rng):
     """Forward + backward allocate the gradient [T, V] and O(T) more;
     with inplace_backward not even the gradient."""

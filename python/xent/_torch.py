@@ -14,11 +14,12 @@ _DTYPES = {torch.float32: C.F32, torch.bfloat16: C.BF16,
 
 
 class Backend:
-    """CPU calls; the CUDA subclass adds the stream argument."""
+    """CPU calls; the CUDA subclass adds the stream argument. `exact` only
+    matters on CUDA (the CPU path is always the exact one)."""
     prefix = "xent_"
 
-    def __init__(self, device):
-        self.device = device
+    def __init__(self, device, exact=False):
+        self.device, self.exact = device, bool(exact)
 
     def args(self):
         return ()
@@ -30,7 +31,9 @@ class Backend:
 class CudaBackend(Backend):
     """Calls on the tensor's device and torch's current stream. Under CUDA
     graph capture the label check (which synchronizes) is turned off for
-    the call: a bad label then gives a NaN row instead of an exception."""
+    the call: a bad label then gives a NaN row instead of an exception.
+    exact=True puts 16-bit logits on the precise path for the call
+    (xent_cuda_set_exact)."""
     prefix = "xent_cuda_"
 
     def args(self):
@@ -40,11 +43,14 @@ class CudaBackend(Backend):
     def call(self, name, *args):
         capturing = torch.cuda.is_current_stream_capturing()
         check = C.LIB.fn("xent_cuda_set_label_check")
+        exact = C.LIB.fn("xent_cuda_set_exact")
         with torch.cuda.device(self.device):
             prev = check(0) if capturing else None
+            prev_exact = exact(1 if self.exact else 0)
             try:
                 super().call(name, *args)
             finally:
+                exact(prev_exact)
                 if prev is not None:
                     check(prev)
 
@@ -76,7 +82,7 @@ def _backend(t):
 class Prepared:
     """An xent_ce_input over torch tensors (kept alive here)."""
 
-    def __init__(self, logits, labels, need_labels=True):
+    def __init__(self, logits, labels, need_labels=True, exact=False):
         if not isinstance(logits, torch.Tensor):
             raise XentTypeError("logits must be a torch.Tensor, got %s"
                                 % type(logits).__name__)
@@ -87,6 +93,7 @@ class Prepared:
                 "float16)%s" % (logits.dtype, "; call .float() first"
                                 if logits.dtype == torch.float64 else ""))
         self.backend = _backend(logits)
+        self.backend.exact = bool(exact)
         es = logits.element_size()
         self.T, self.V, self.ld = row_layout(
             tuple(logits.shape), tuple(s * es for s in logits.stride()), es)
@@ -181,7 +188,7 @@ class _CrossEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits, labels, cfg):
-        prep = Prepared(logits, labels)
+        prep = Prepared(logits, labels, exact=cfg.exact)
         opts = C.make_opts(**cfg.opts)
         loss, stats, count = forward_stats(prep, opts, cfg.reduction,
                                            cfg.group)
@@ -201,7 +208,7 @@ class _CrossEntropy(torch.autograd.Function):
                             "already holds the gradient; a second backward "
                             "is not possible", C.ERR_VALUE)
         ctx.done = True
-        prep = Prepared(logits, None, need_labels=False)
+        prep = Prepared(logits, None, need_labels=False, exact=cfg.exact)
         prep.labels = ctx.prep_labels
         prep.inp.labels = prep.labels.data_ptr()
         prep.inp.label_dtype = (C.I32 if prep.labels.dtype == torch.int32
@@ -256,16 +263,19 @@ def _upstream(g, prep, opts, cfg, count):
 class _Config:
     """Options of one cross_entropy call (what the backward needs)."""
 
-    def __init__(self, reduction, inplace, group, opts):
+    def __init__(self, reduction, inplace, group, opts, exact=False):
         self.reduction, self.inplace = reduction, inplace
-        self.group, self.opts = group, opts
+        self.group, self.opts, self.exact = group, opts, bool(exact)
 
 
 def cross_entropy(logits, labels, *, ignore_index=-100, reduction="mean",
                   normalizer=None, temperature=1.0, softcap=None, z_loss=0.0,
                   label_smoothing=0.0, inplace_backward=False,
                   process_group=None, vocab_start=0, vocab_total=None,
-                  threads=0):
+                  threads=0, exact=False):
+    """exact=True: on CUDA, 16-bit logits take the precise path (every
+    output within 2 ulp of the CPU's, docs/cuda.md), at a cost in time;
+    the default fast path is within 4 ulp. The CPU is always exact."""
     if reduction not in C.REDUCTIONS:
         raise XentError("reduction = %r: must be one of 'none', 'sum', "
                         "'mean'" % (reduction,), C.ERR_VALUE)
@@ -280,15 +290,17 @@ def cross_entropy(logits, labels, *, ignore_index=-100, reduction="mean",
                 label_smoothing=label_smoothing, vocab_start=vocab_start,
                 vocab_total=vocab_total, threads=threads)
     C.make_opts(**opts)   # early check of the option values' types
-    cfg = _Config(reduction, bool(inplace_backward), process_group, opts)
+    cfg = _Config(reduction, bool(inplace_backward), process_group, opts,
+                  exact)
     return _CrossEntropy.apply(logits, labels, cfg)
 
 
 def logprobs(logits, labels, *, temperature=1.0, entropy=False,
-             ignore_index=-100, softcap=None, threads=0):
+             ignore_index=-100, softcap=None, threads=0, exact=False):
     """Per-token log p(label) (float32, labels' shape) and, with
-    entropy=True, the entropy too. Forward only (no autograd graph)."""
-    prep = Prepared(logits.detach(), labels)
+    entropy=True, the entropy too. Forward only (no autograd graph).
+    exact: as for cross_entropy."""
+    prep = Prepared(logits.detach(), labels, exact=exact)
     opts = C.make_opts(ignore_index=ignore_index, reduction="none",
                        temperature=temperature, softcap=softcap,
                        threads=threads)
@@ -307,13 +319,13 @@ class CrossEntropyLoss(torch.nn.Module):
     Same argument names as torch where they exist; `weight`, `size_average`
     and `reduce` are not supported (must stay None). Extra: temperature,
     softcap, z_loss, normalizer, inplace_backward, process_group,
-    vocab_start, vocab_total."""
+    vocab_start, vocab_total, exact."""
 
     def __init__(self, weight=None, size_average=None, ignore_index=-100,
                  reduce=None, reduction="mean", label_smoothing=0.0, *,
                  temperature=1.0, softcap=None, z_loss=0.0, normalizer=None,
                  inplace_backward=False, process_group=None, vocab_start=0,
-                 vocab_total=None):
+                 vocab_total=None, exact=False):
         super().__init__()
         for name, v in (("weight", weight), ("size_average", size_average),
                         ("reduce", reduce)):
@@ -329,7 +341,7 @@ class CrossEntropyLoss(torch.nn.Module):
                        z_loss=z_loss, normalizer=normalizer,
                        inplace_backward=inplace_backward,
                        process_group=process_group, vocab_start=vocab_start,
-                       vocab_total=vocab_total)
+                       vocab_total=vocab_total, exact=exact)
 
     def forward(self, input, target):
         return cross_entropy(input, target, ignore_index=self.ignore_index,

@@ -143,19 +143,16 @@ __device__ __forceinline__ float xc_term_wide(float z, float m, float x, float c
     return xc_ex2_ftz(y);
 }
 
-/* Adds a term (e, y_lo) of column i to the lanes: without EXTRA, e and e
- * y_lo apart (S = sum e + ln 2 sum e y_lo, one instruction less per term);
- * with EXTRA the corrected term, which SX also needs. */
+/* Adds a term (e, y_lo) of column i to the lanes: e and e y_lo apart (S =
+ * sum e + ln 2 sum e y_lo, one instruction less per term than the
+ * corrected term e (1 + y_lo ln 2)), the same with or without EXTRA, so
+ * that nll, lse and the log-probability have the same bits whether or not
+ * entropy or smoothing is asked; with EXTRA, SX from the corrected term. */
 template <bool EXTRA>
 __device__ __forceinline__ void xc_add_term(xc_acc &a, int i, float e, float ylo, float x) {
-    if (EXTRA) {
-        const float t = fmaf(e, ylo * XC_LN2F, e);
-        a.s[i % XC_LANES] += t;
-        a.sx[i % XC_LANES] = fmaf(t, x, a.sx[i % XC_LANES]);
-    } else {
-        a.s[i % XC_LANES] += e;
-        a.c[i & 1] = fmaf(e, ylo, a.c[i & 1]);
-    }
+    a.s[i % XC_LANES] += e;
+    a.c[i & 1] = fmaf(e, ylo, a.c[i & 1]);
+    if (EXTRA) a.sx[i % XC_LANES] = fmaf(fmaf(e, ylo * XC_LN2F, e), x, a.sx[i % XC_LANES]);
 }
 
 /* The 8 terms of a chunk with no column masked (the fast path's common
@@ -621,9 +618,13 @@ struct xc_shared {
 
 /* AL: every row and gradient row is 16-byte aligned (checked on the host),
  * so the kernel leaves out the paths for unaligned rows, which load and
- * store the same bytes in other ways (the same sums and bits). */
+ * store the same bytes in other ways (the same sums and bits). PRECISE
+ * with OUT != 0 (exact mode, 16-bit logits and gradient): pass 1 on the
+ * precise path, pass 2 in the fast form (its gradient is a faithful
+ * rounding either way; docs/cuda.md). */
 template <class In, int OUT, bool PRECISE, bool EXTRA, bool AL>
 __global__ void __launch_bounds__(1024) xc_row_kernel(const xc_params k) {
+    constexpr bool P2 = PRECISE && OUT == 0; /* pass 2 on the precise path */
     __shared__ xc_shared sh;
     extern __shared__ uint4 xc_stage[]; /* [kcap][NT][VECS] staged chunks */
     typedef typename In::raw raw;
@@ -659,11 +660,11 @@ __global__ void __launch_bounds__(1024) xc_row_kernel(const xc_params k) {
                 double lse = k.in_stats[r].lse, nll = k.in_stats[r].nll;
                 int nf = w.bad || lse != lse || nll != nll;
                 float zt = w.tl >= 0 ? In::one(row + w.tl) : 0.f;
-                xc_grad_consts(k, w, lse, nll, nf, zt, !PRECISE, sh.gc);
+                xc_grad_consts(k, w, lse, nll, nf, zt, !P2, sh.gc);
             }
             __syncthreads();
             const xc_gconst gc = sh.gc;
-            xc_pass2<In, OUT, PRECISE, AL>(k, gc, row, grow, xc_stage, 0);
+            xc_pass2<In, OUT, P2, AL>(k, gc, row, grow, xc_stage, 0);
             __syncthreads();
             continue;
         }
@@ -672,7 +673,9 @@ __global__ void __launch_bounds__(1024) xc_row_kernel(const xc_params k) {
         const bool HINT = PRECISE || OUT != 0;
         xc_acc a;
         xc_acc_init(a);
-        /* chunks per thread kept in shared memory (aligned rows only) */
+        /* chunks per thread kept in shared memory (aligned rows only: for
+         * unaligned rows of 16-bit values it measured 3-5% slower,
+         * bench/RESULTS.md, 2026-12-02 06:03 UTC) */
         const bool vrow = AL || ((uintptr_t)row & 15) == 0;
         const int kcap = vrow ? (int)(k.stage_bytes / (16 * In::VECS * (int64_t)blockDim.x)) : 0;
         if (vrow)
@@ -723,13 +726,13 @@ __global__ void __launch_bounds__(1024) xc_row_kernel(const xc_params k) {
                 xc_out o = xc_finish(k, w, &p, 1, 0);
                 xc_emit(k, r, o);
                 if (k.grad)
-                    xc_grad_consts(k, w, o.lse, o.nll, o.nonfinite, sh.zt, !PRECISE, sh.gc);
+                    xc_grad_consts(k, w, o.lse, o.nll, o.nonfinite, sh.zt, !P2, sh.gc);
             }
         }
         if (k.mode == XC_MODE_FWD && k.grad) {
             __syncthreads();
             const xc_gconst gc = sh.gc;
-            xc_pass2<In, OUT, PRECISE, AL>(k, gc, row, grow, xc_stage, kcap);
+            xc_pass2<In, OUT, P2, AL>(k, gc, row, grow, xc_stage, kcap);
         }
         __syncthreads();
     }
@@ -953,6 +956,18 @@ static int xc_stream_rows(const xc_params *p, int block, int fast, cudaStream_t 
     if (fast && p->in_dtype == XENT_BF16) return xc_fast_out<xc_bf16>(p, block, s);
     if (fast && p->in_dtype == XENT_F16) return xc_fast_out<xc_f16>(p, block, s);
     if (fast) return xc_fast_out<xc_f32>(p, block, s);
+    /* exact mode, 16-bit logits and gradient, no softcap: pass 1 precise,
+     * pass 2 in the fast form */
+    const int g16 = p->grad && (p->mode == XC_MODE_FWD || p->mode == XC_MODE_BWD) &&
+                    (p->grad_dtype == XENT_BF16 || p->grad_dtype == XENT_F16);
+    if (p->exact && p->softcap == 0 && g16 && p->in_dtype != XENT_F32) {
+        const int bf = p->grad_dtype == XENT_BF16;
+        if (p->in_dtype == XENT_BF16)
+            return bf ? xc_go<xc_bf16, XENT_BF16, true, true>(p, block, s)
+                      : xc_go<xc_bf16, XENT_F16, true, true>(p, block, s);
+        return bf ? xc_go<xc_f16, XENT_BF16, true, true>(p, block, s)
+                  : xc_go<xc_f16, XENT_F16, true, true>(p, block, s);
+    }
     if (p->in_dtype == XENT_F32) return xc_go<xc_f32, 0, true, true>(p, block, s);
     if (p->in_dtype == XENT_BF16) return xc_go<xc_bf16, 0, true, true>(p, block, s);
     return xc_go<xc_f16, 0, true, true>(p, block, s);
@@ -961,7 +976,7 @@ static int xc_stream_rows(const xc_params *p, int block, int fast, cudaStream_t 
 /* One of the two row kernels, chosen by V, dtype and options alone. */
 static int xc_any_rows(const xc_params *p, int block, cudaStream_t s) {
     const int has_grad = p->grad && p->mode != XC_MODE_PART;
-    const int fast = p->softcap == 0 && (p->in_dtype != XENT_F32 || p->fast_f32) &&
+    const int fast = !p->exact && p->softcap == 0 && (p->in_dtype != XENT_F32 || p->fast_f32) &&
                      (!has_grad || p->grad_dtype == XENT_BF16 || p->grad_dtype == XENT_F16);
     if (fast) {
         const int e = xq_launch_rows(p, s);

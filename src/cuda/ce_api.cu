@@ -14,6 +14,7 @@
 extern "C" xent_status xent__ce_check_opts(const xent_ce_opts *o, int64_t V); /* src/cpu/ce.c */
 
 static thread_local int g_check_labels = 1;
+static thread_local int g_exact = 0;
 
 /* Block size of the row kernel: XENT_CUDA_BLOCK (32..1024, a multiple of
  * 32) if set, else a function of V alone: one warp a row below V = 33280
@@ -64,6 +65,12 @@ extern "C" int xent_cuda_device_count(void) {
 extern "C" int xent_cuda_set_label_check(int on) {
     int old = g_check_labels;
     g_check_labels = on != 0;
+    return old;
+}
+
+extern "C" int xent_cuda_set_exact(int on) {
+    int old = g_exact;
+    g_exact = on != 0;
     return old;
 }
 
@@ -137,6 +144,7 @@ xc_params xc_make(const xent_ce_input *in, const xent_ce_opts *o) {
     p.reduction = o->reduction;
     p.grad_rows = in->grad_rows;
     p.unchecked = !g_check_labels;
+    p.exact = g_exact;
     return p;
 }
 

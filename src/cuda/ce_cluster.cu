@@ -170,22 +170,19 @@ struct xq_sums {
     float sx[4];  /* EXTRA: sum of e (1 + y_lo ln 2) x                     */
     float ntop;   /* columns equal to M                                    */
     double zs;    /* EXTRA: sum of z                                       */
-    double dd, ddx; /* the careful chunks' sums of e and (EXTRA) e x       */
+    double ddx;   /* EXTRA: the careful chunks' sum of e x, in double      */
 };
 
-/* One term: column value z (raw), x = z - M exact for bf16/f16. */
+/* One term: column value z (raw), x = z - M exact for bf16/f16. S's
+ * lanes are the same with or without EXTRA (so are nll, lse and the
+ * log-probability); with EXTRA, SX from the corrected term. */
 template <bool EXTRA>
 __device__ __forceinline__ void xq_term(xq_sums &a, int e, float x, float c2, float c2lo) {
     float t;
     const float p = xc_term(x, c2, c2lo, t);
-    if (EXTRA) {
-        const float pc = fmaf(p, t * XC_LN2F, p);
-        a.s[e & 3] += pc;
-        a.sx[e & 3] = fmaf(pc, x, a.sx[e & 3]);
-    } else {
-        a.s[e & 3] += p;
-        a.c[e & 1] = fmaf(p, t, a.c[e & 1]);
-    }
+    a.s[e & 3] += p;
+    a.c[e & 1] = fmaf(p, t, a.c[e & 1]);
+    if (EXTRA) a.sx[e & 3] = fmaf(fmaf(p, t * XC_LN2F, p), x, a.sx[e & 3]);
 }
 
 /* The 8 columns of a chunk with none of them special. */
@@ -203,11 +200,11 @@ __device__ __forceinline__ void xq_sum8(xq_sums &a, const uint4 &v, float m, flo
 
 /* A chunk with the target (column to, else -1), columns past V (nv < 8)
  * or a column equal to M (a few a row): element by element from shared
- * memory. With EXTRA (entropy, label smoothing: sums that cancel) each
- * term is in double with the CPU's exp (xc_dexp), so short rows are as
- * exact as the CPU's; else the fast term (the double one costs the warp
- * holding such a chunk enough to hold up the others at the next barrier:
- * 10% on forward-only calls at V = 32000). */
+ * memory, S's term the fast one as in every chunk (lane 0); with EXTRA
+ * (entropy, label smoothing) SX's term in double with the CPU's exp
+ * (xc_dexp). (Terms in double for S as well held the warp with such a
+ * chunk, and the others at the next barrier, 10% on forward-only calls at
+ * V = 32000, and would make S depend on whether entropy is asked.) */
 template <class In, bool EXTRA>
 __device__ __forceinline__ void xq_sum8_careful(xq_sums &a, const uint4 *chunk, float m,
                                                 double c1, int nv, int to, float c2,
@@ -219,13 +216,10 @@ __device__ __forceinline__ void xq_sum8_careful(xq_sums &a, const uint4 *chunk, 
         if (EXTRA) a.zs += (double)z;
         if (e == to) continue;
         if (z == m) { a.ntop += 1.f; continue; }
-        if (EXTRA) { /* entropy or smoothing: each term in double */
+        xq_term<false>(a, 0, z - m, c2, c2lo); /* lane 0: no indexed registers */
+        if (EXTRA) {
             const double x = (double)(z - m); /* exact */
-            const double t = xc_dexp(x * c1);
-            a.dd += t;
-            a.ddx = fma(t, x, a.ddx);
-        } else {
-            xq_term<false>(a, 0, z - m, c2, c2lo); /* lane 0: no indexed registers */
+            a.ddx = fma(xc_dexp(x * c1), x, a.ddx);
         }
     }
 }
@@ -485,7 +479,7 @@ __global__ void __launch_bounds__(XQ_MAX_NT, 3) xq_row_kernel(const xc_params k,
         for (int e = 0; e < 4; e++) a.s[e] = a.sx[e] = 0.f;
         a.c[0] = a.c[1] = 0.f;
         a.ntop = 0.f;
-        a.zs = a.dd = a.ddx = 0;
+        a.zs = a.ddx = 0;
         {
             const bool special = (tcl >= 0 && tcl % NT == tid) ||
                                  (ipart >= 0 && ipart % NT == tid) || (tid < nl && mx == M);
@@ -514,8 +508,7 @@ __global__ void __launch_bounds__(XQ_MAX_NT, 3) xq_row_kernel(const xc_params k,
                 D += (double)a.s[e];
                 if (EXTRA) DX += (double)a.sx[e];
             }
-            if (!EXTRA) D += ((double)a.c[0] + (double)a.c[1]) * XC_LN2;
-            D += a.dd;
+            D += ((double)a.c[0] + (double)a.c[1]) * XC_LN2;
             DX += a.ddx;
             double v[4] = {(double)a.ntop, D, DX * k.inv_tau, a.zs * k.inv_tau};
             xc_block_row_sums<EXTRA>(v, sh.sum);

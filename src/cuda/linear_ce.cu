@@ -578,6 +578,7 @@ static xc_params xl_base(const xent_linear_input *in, const xent_ce_opts *o) {
     p.grad_dtype = in->dtype;
     p.ld_grad = in->V;
     p.fast_f32 = 1; /* the error is the GEMM's; docs/linear_ce.md */
+    p.exact = 0;    /* (so exact mode does not apply either) */
     return p;
 }
 
