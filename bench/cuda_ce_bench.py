@@ -239,14 +239,17 @@ def main():
                 sys.exit(f"xent_cuda_ce failed: {lib.xent_last_error().decode()}")
 
         XENT_SCRATCH_GRAD = 16 + 576  # the label record and the reductions' accumulator
-        def unchecked(fn):
+        def with_setting(setter, value, fn):
+            """fn with a per-thread library setting (the label check, exact
+            mode) held at value, restored after"""
             def call():
-                old = lib.xent_cuda_set_label_check(0)
+                old = setter(value)
                 try:
                     fn()
                 finally:
-                    lib.xent_cuda_set_label_check(old)
+                    setter(old)
             return call
+        unchecked = lambda fn: with_setting(lib.xent_cuda_set_label_check, 0, fn)
 
         # the xent calls of this shape timed together (time_interleaved)
         restore = lambda: logits.copy_(master)
@@ -275,14 +278,7 @@ def main():
         add("fwd+bwd", "xent (grad buffer, unchecked)", xms[1], XENT_SCRATCH_GRAD, floor_ms)
         add("fwd+bwd", "xent (in place)", xms[2], XENT_SCRATCH_GRAD, floor_ms)
         if args.exact:
-            def exact(fn):
-                def call():
-                    old = lib.xent_cuda_set_exact(1)
-                    try:
-                        fn()
-                    finally:
-                        lib.xent_cuda_set_exact(old)
-                return call
+            exact = lambda fn: with_setting(lib.xent_cuda_set_exact, 1, fn)
             ms, _ = time_it(exact(lambda: xent_call(logits.data_ptr(), logits)), args.reps,
                             args.warmup, before=restore)
             add("fwd+bwd", "xent exact mode (in place)", ms, XENT_SCRATCH_GRAD, floor_ms)
