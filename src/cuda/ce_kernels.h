@@ -84,9 +84,9 @@ typedef struct xc_params {
     int fast_f32;                /* fp32 logits may take the fast path
                                     (the fused LM head; xent_cuda_* calls
                                     keep fp32 logits on the precise path)  */
-    int exact;                   /* every row on the precise path
-                                    (xent_cuda_set_exact): no MUFU exp2,
-                                    no fp32 sums                           */
+    int exact;                   /* pass 1 on the precise path for every
+                                    dtype (xent_cuda_set_exact); a 16-bit
+                                    gradient keeps the fast form          */
     int64_t stage_bytes;         /* shared memory kept for pass 2 (launch) */
     int gated;                   /* the host reads the label record after
                                     the row kernels are queued: every
