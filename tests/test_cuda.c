@@ -45,6 +45,8 @@ typedef struct {
     int i32_labels, entropy, inplace;
     int lean; /* the GPU call asks only loss, nll, logprob, n_counted and the
                  gradient: nothing that reads an ignored row's logits */
+    int goff; /* the GPU's gradient (not in place) starts goff elements into
+                 its buffer: its rows aligned unlike the logits' */
     xent_ce_opts o;
 } ccase;
 
@@ -167,7 +169,8 @@ static xent_status run_gpu(const ccase *c, const cinputs *in, couts *o) {
           *dlp = dev_alloc(T * 4), *dlse = dev_alloc(T * 4), *dent = dev_alloc(T * 4);
     xent_ce_stats *dst = dev_alloc(T * sizeof(xent_ce_stats));
     int64_t *dcnt = dev_alloc(16);
-    void *dg = has_grad(c) && !c->inplace ? dev_alloc(n * gs) : NULL;
+    void *dg = has_grad(c) && !c->inplace ? dev_alloc(n * gs + 16) : NULL;
+    void *dgo = dg ? (char *)dg + c->goff * gs : NULL;
     xent_ce_input gi = {dl, c->dt, c->T, c->V, c->ld, dlab, c->i32_labels ? XENT_I32 : XENT_I64,
                         c->o.reduction == XENT_REDUCE_NONE ? dgr : NULL};
     xent_ce_output go;
@@ -179,7 +182,7 @@ static xent_status run_gpu(const ccase *c, const cinputs *in, couts *o) {
     go.n_nonfinite = dcnt + 1;
     if (c->lean) go.lse = NULL, go.entropy = NULL, go.stats = NULL, go.n_nonfinite = NULL;
     if (has_grad(c)) {
-        go.grad = c->inplace ? dl : dg;
+        go.grad = c->inplace ? dl : dgo;
         go.grad_dtype = c->gdt;
         go.ld_grad = c->ld;
     }
@@ -196,7 +199,7 @@ static xent_status run_gpu(const ccase *c, const cinputs *in, couts *o) {
     host_copy(cn, dcnt, 16);
     o->counted = cn[0];
     o->nonfinite = cn[1];
-    if (has_grad(c)) host_copy(o->grad, c->inplace ? dl : dg, n * gs);
+    if (has_grad(c)) host_copy(o->grad, c->inplace ? dl : dgo, n * gs);
     cudaFree(dl); cudaFree(dlab); cudaFree(dgr); cudaFree(dloss); cudaFree(dnll);
     cudaFree(dlp); cudaFree(dlse); cudaFree(dent); cudaFree(dst); cudaFree(dcnt);
     if (dg) cudaFree(dg);
@@ -402,6 +405,7 @@ TEST(cuda_ce_options_vs_cpu) {
 
 TEST(cuda_ce_large_vocab_vs_cpu) {
     if (!gpu_ready()) return;
+    char what[96];
     int64_t T = xt_sanitizer() ? 4 : 24;
     ccase c = base_case(XENT_BF16, XENT_BF16, T, 128256);
     check_case("bf16 V=128256", &c);
@@ -417,6 +421,19 @@ TEST(cuda_ce_large_vocab_vs_cpu) {
     c = base_case(XENT_F16, XENT_F16, T, 50257);
     c.entropy = 0;
     check_case("f16 V=50257", &c);
+    /* rows at every even offset mod 16 (T >= 8): forward only (each row
+     * loaded in its own form), and with gradient rows at other offsets
+     * than the logits' (and aligned logits, unaligned gradient rows) */
+    for (int g = 0; g < 4; g++) {
+        c = base_case(g % 2 ? XENT_F16 : XENT_BF16, g < 2 ? XENT_DTYPE_COUNT : XENT_BF16, T,
+                      g == 3 ? 50256 : 50257);
+        c.ld = g == 1 ? 50259 : c.V;
+        c.entropy = g != 0;
+        c.goff = g == 2 ? 3 : (g == 3 ? 5 : 0);
+        snprintf(what, sizeof what, "%s V=%lld ld=%lld, %s", xent_dtype_name(c.dt),
+                 (long long)c.V, (long long)c.ld, g < 2 ? "forward only" : "gradient offset");
+        check_case(what, &c);
+    }
     c = base_case(XENT_F32, XENT_F32, T, 50000);
     c.inplace = 1;
     check_case("f32 in place V=50000", &c);

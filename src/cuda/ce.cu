@@ -5,7 +5,9 @@
  * belongs to thread c % blockDim.x, and each thread visits its chunks in
  * ascending order, so the arithmetic of a row depends only on the row and
  * the block size, never on T, on the row's position or on the row's
- * alignment (unaligned rows load element by element in the same order).
+ * alignment (unaligned rows load the same 16 bytes of each chunk in other
+ * ways: element by element, in naturally aligned pieces, or from the two
+ * aligned blocks it straddles; XC_AL_* below).
  *
  * Pass 1 (one read of the row) keeps, per thread, a running raw maximum m
  * over non-target columns (warp-uniform: taken over the warp each round of
@@ -277,8 +279,9 @@ __device__ __forceinline__ void xc_sum(const xc_params &k, xc_acc &a, const floa
     else xc_fast_sum<EXTRA, WIDE>(a, z, nv, tk, nv < 8 || tk >= 0 || cm == a.m, c2, c2lo);
 }
 
-/* Chunk c (8 columns) of a row into 16-byte words: one or two vector loads
- * when the row is 16-byte aligned, else element by element. */
+/* Chunk c (8 columns) of a row of fp32 values into 16-byte words: two
+ * vector loads when the row is 16-byte aligned, else element by element
+ * (rows of 16-bit values: xc_load_round). */
 template <class In, bool VEC, bool HINT>
 __device__ __forceinline__ void xc_load_chunk(const typename In::raw *row, int64_t c,
                                               uint64_t pol, uint4 b[In::VECS]) {
@@ -304,6 +307,44 @@ __device__ __forceinline__ void xc_load_chunk(const typename In::raw *row, int64
     }
 }
 
+/* The chunks c + u NT (u < XC_UNROLL) of a round that exist (all of them
+ * when plain) into 16-byte words. 16-bit values: in the row's load form
+ * (xc_form_of, the same for the whole row, so the warp takes one branch a
+ * round: 0 for an aligned row; ce_device.h), no byte outside the chunk;
+ * fp32: xc_load_chunk (VEC: an aligned row). In the build for unaligned
+ * rows (XC_AL_PIECES) one pass-1 code serves every row of 16-bit values,
+ * aligned or not: with a second code for the unaligned rows, both ran
+ * from the instruction cache at once and every unaligned row took longer
+ * (bench/RESULTS.md, 2026-12-02 07:20-07:50 UTC). */
+template <class In, int F, bool HINT>
+__device__ __forceinline__ void xc_load_round_f(const typename In::raw *row, int c, int NT,
+                                                int nfull, bool plain, uint64_t pol,
+                                                uint4 (&b)[XC_UNROLL][In::VECS]) {
+#pragma unroll
+    for (int u = 0; u < XC_UNROLL; u++) {
+        const int cu = c + u * NT;
+        if (plain || cu < nfull) b[u][0] = xc_ld16_form<F, HINT>(row + (int64_t)cu * 8, pol);
+    }
+}
+template <class In, bool VEC, bool HINT>
+__device__ __forceinline__ void xc_load_round(const typename In::raw *row, int c, int NT,
+                                              int nfull, bool plain, int form, uint64_t pol,
+                                              uint4 (&b)[XC_UNROLL][In::VECS]) {
+    if constexpr (In::VECS == 1 && VEC) {
+        if (form == 0) xc_load_round_f<In, 0, HINT>(row, c, NT, nfull, plain, pol, b);
+        else if (form == 8) xc_load_round_f<In, 8, HINT>(row, c, NT, nfull, plain, pol, b);
+        else if (form == 4) xc_load_round_f<In, 4, HINT>(row, c, NT, nfull, plain, pol, b);
+        else if (form == 2) xc_load_round_f<In, 2, HINT>(row, c, NT, nfull, plain, pol, b);
+        else xc_load_round_f<In, 6, HINT>(row, c, NT, nfull, plain, pol, b);
+    } else {
+#pragma unroll
+        for (int u = 0; u < XC_UNROLL; u++) {
+            const int cu = c + u * NT;
+            if (plain || cu < nfull) xc_load_chunk<In, VEC, HINT>(row, cu, pol, b[u]);
+        }
+    }
+}
+
 /* The sums of a plain round: XC_UNROLL whole chunks, none holding the
  * target, against a finite running max (TIES: some column may equal it). */
 template <class In, bool EXTRA, bool TIES>
@@ -325,11 +366,13 @@ __device__ __forceinline__ void xc_plain_round(xc_acc &a, const uint4 (&b)[XC_UN
  * and rebases (warp-uniformly) before summing, so the rare rebase never
  * diverges within a warp. Chunk c still belongs to thread c % NT and is
  * summed in ascending order. Plain rounds (most of a row) skip the tests
- * per chunk and give the same sums. HINT: keep the row in L2 for pass 2. */
+ * per chunk and give the same sums. HINT: keep the row in L2 for pass 2.
+ * form, VEC: how the row is loaded (xc_load_round); the first kcap chunks
+ * of this thread are kept in shared memory (stage) when VEC. */
 template <class In, bool PRECISE, bool EXTRA, bool VEC, bool HINT>
 __device__ __forceinline__ void xc_pass1(const xc_params &k, xc_acc &a,
                                          const typename In::raw *row, int64_t tl,
-                                         uint4 *stage, int kcap) {
+                                         uint4 *stage, int kcap, int form) {
     /* chunk indices fit in int: V < 2^33 (checked on the host) */
     const int nfull = (int)(k.V >> 3), NT = blockDim.x, tid = threadIdx.x, lane = tid & 31;
     const int tc = tl >= 0 ? (int)(tl >> 3) : -1, to = (int)(tl & 7); /* target chunk */
@@ -345,11 +388,7 @@ __device__ __forceinline__ void xc_pass1(const xc_params &k, xc_acc &a,
          * none holds the target */
         const bool plain = !PRECISE && c0 + (XC_UNROLL - 1) * NT + 31 < nfull && k0 != tk0;
         uint4 b[XC_UNROLL][In::VECS];
-#pragma unroll
-        for (int u = 0; u < XC_UNROLL; u++) {
-            int c = c0 + lane + u * NT;
-            if (plain || c < nfull) xc_load_chunk<In, VEC, HINT>(row, c, pol, b[u]);
-        }
+        xc_load_round<In, VEC, HINT>(row, c0 + lane, NT, nfull, plain, form, pol, b);
         /* keep the first kcap chunks of this thread on chip for pass 2 */
         if (VEC && k0 < kcap) {
 #pragma unroll
@@ -651,13 +690,24 @@ struct xc_shared {
     xc_gconst gc;
 };
 
-/* AL: every row and gradient row is 16-byte aligned (checked on the host),
- * so the kernel leaves out the paths for unaligned rows, which load and
- * store the same bytes in other ways (the same sums and bits). PRECISE
- * with OUT != 0 (exact mode, 16-bit logits and gradient): pass 1 on the
- * precise path, pass 2 in the fast form (its gradient is a faithful
- * rounding either way; docs/cuda.md). */
-template <class In, int OUT, bool PRECISE, bool EXTRA, bool AL>
+/* The row kernel's builds by the rows' alignment (the same sums and bits
+ * in each: only the loads and stores differ). XC_AL_ALIGNED: every row and
+ * gradient row is 16-byte aligned (checked on the host), so the kernel
+ * leaves out the paths for unaligned rows. XC_AL_ANY: aligned rows in
+ * 16-byte loads, the others element by element. XC_AL_PIECES (16-bit
+ * logits, no gradient, some row not aligned): every row in its load form
+ * (xc_load_round) by one pass-1 code, 22-25% faster than XC_AL_ANY on
+ * such rows, 3-4% slower on aligned ones (bench/RESULTS.md, 2026-12-02
+ * 07:20-07:50 UTC). */
+#define XC_AL_ANY 0
+#define XC_AL_ALIGNED 1
+#define XC_AL_PIECES 2
+
+/* One row a block (the file's head). PRECISE with OUT != 0 (exact mode,
+ * 16-bit logits and gradient): pass 1 on the precise path, pass 2 in the
+ * fast form (its gradient is a faithful rounding either way; docs/cuda.md).
+ * AL: XC_AL_*, above. */
+template <class In, int OUT, bool PRECISE, bool EXTRA, int AL>
 __global__ void __launch_bounds__(1024) xc_row_kernel(const xc_params k) {
     constexpr bool P2 = PRECISE && OUT == 0; /* pass 2 on the precise path */
     __shared__ xc_shared sh;
@@ -704,7 +754,7 @@ __global__ void __launch_bounds__(1024) xc_row_kernel(const xc_params k) {
             }
             __syncthreads();
             const xc_gconst gc = sh.gc;
-            xc_pass2<In, OUT, P2, AL>(k, gc, row, grow, xc_stage, 0);
+            xc_pass2<In, OUT, P2, AL == XC_AL_ALIGNED>(k, gc, row, grow, xc_stage, 0);
             __syncthreads();
             continue;
         }
@@ -716,12 +766,16 @@ __global__ void __launch_bounds__(1024) xc_row_kernel(const xc_params k) {
         /* chunks per thread kept in shared memory (aligned rows only: for
          * unaligned rows of 16-bit values it measured 3-5% slower,
          * bench/RESULTS.md, 2026-12-02 06:03 UTC) */
-        const bool vrow = AL || ((uintptr_t)row & 15) == 0;
+        const bool vrow = AL == XC_AL_ALIGNED || ((uintptr_t)row & 15) == 0;
         const int kcap = vrow ? (int)(k.stage_bytes / (16 * In::VECS * (int64_t)blockDim.x)) : 0;
-        if (vrow)
-            xc_pass1<In, PRECISE, EXTRA || PRECISE, true, HINT>(k, a, row, w.tl, xc_stage, kcap);
+        constexpr bool X = EXTRA || PRECISE;
+        if constexpr (AL == XC_AL_PIECES && In::VECS == 1)
+            xc_pass1<In, PRECISE, X, true, HINT>(k, a, row, w.tl, xc_stage, kcap,
+                                                 xc_form_of((uintptr_t)row));
+        else if (vrow)
+            xc_pass1<In, PRECISE, X, true, HINT>(k, a, row, w.tl, xc_stage, kcap, 0);
         else
-            xc_pass1<In, PRECISE, EXTRA || PRECISE, false, HINT>(k, a, row, w.tl, xc_stage, 0);
+            xc_pass1<In, PRECISE, X, false, HINT>(k, a, row, w.tl, xc_stage, 0, 0);
         if (a.own) sh.zt = a.zt; /* at most one owner; read after barriers */
         /* combine the threads: max, then sums rebased on the max; the
          * columns at the row's max are counted apart (S - 1 exact) */
@@ -772,7 +826,7 @@ __global__ void __launch_bounds__(1024) xc_row_kernel(const xc_params k) {
         if (k.mode == XC_MODE_FWD && k.grad) {
             __syncthreads();
             const xc_gconst gc = sh.gc;
-            xc_pass2<In, OUT, P2, AL>(k, gc, row, grow, xc_stage, kcap);
+            xc_pass2<In, OUT, P2, AL == XC_AL_ALIGNED>(k, gc, row, grow, xc_stage, kcap);
         }
         __syncthreads();
     }
@@ -953,7 +1007,7 @@ static int xc_all_aligned(const xc_params *p) {
     return 1;
 }
 
-template <class In, int OUT, bool PRECISE, bool EXTRA, bool AL>
+template <class In, int OUT, bool PRECISE, bool EXTRA, int AL>
 static int xc_go_al(const xc_params *p, int block, cudaStream_t s) {
     const int pad = (p->grad && p->mode == XC_MODE_FWD) ? xc_smem_pad(block, In::VECS > 1) : 0;
     if (pad > 48 * 1024) {
@@ -967,15 +1021,20 @@ static int xc_go_al(const xc_params *p, int block, cudaStream_t s) {
     return (int)cudaGetLastError();
 }
 
-/* The fast path with a gradient in two builds, for all rows aligned or
- * not (the one for aligned rows leaves out the unaligned pass 2, whose
- * registers cost the aligned path 3%: bench/RESULTS.md); the others in one
- * (without a gradient, the aligned-only build ran 5% more instructions). */
+/* The build of the row kernel for a call (XC_AL_*): the fast path with a
+ * gradient in two, for all rows aligned or not (the one for aligned rows
+ * leaves out the unaligned pass 2, whose registers cost the aligned path
+ * 3%: bench/RESULTS.md); without a gradient, XC_AL_ANY when every row is
+ * aligned (the aligned-only build ran 5% more instructions there, and
+ * XC_AL_PIECES 3-4% more) and XC_AL_PIECES otherwise (16-bit logits); the
+ * precise path in XC_AL_ANY alone. */
 template <class In, int OUT, bool PRECISE, bool EXTRA>
 static int xc_go(const xc_params *p, int block, cudaStream_t s) {
     if constexpr (!PRECISE && OUT != 0)
-        if (xc_all_aligned(p)) return xc_go_al<In, OUT, PRECISE, EXTRA, true>(p, block, s);
-    return xc_go_al<In, OUT, PRECISE, EXTRA, false>(p, block, s);
+        if (xc_all_aligned(p)) return xc_go_al<In, OUT, PRECISE, EXTRA, XC_AL_ALIGNED>(p, block, s);
+    if constexpr (!PRECISE && OUT == 0 && In::VECS == 1)
+        if (!xc_all_aligned(p)) return xc_go_al<In, OUT, PRECISE, EXTRA, XC_AL_PIECES>(p, block, s);
+    return xc_go_al<In, OUT, PRECISE, EXTRA, XC_AL_ANY>(p, block, s);
 }
 
 template <class In>

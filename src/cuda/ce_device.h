@@ -190,11 +190,83 @@ __device__ __forceinline__ void xc_st16(void *ptr, uint4 v, uint64_t pol) {
 
 /* ------------------------------------------------------------------ */
 /* Rows of 16-bit values that are not 16-byte aligned: a chunk of 8    */
-/* columns at a 2-byte-aligned address p (p mod 16 = o, the same for   */
-/* every chunk of the row) is loaded from the two aligned blocks it    */
-/* straddles and stored in naturally aligned pieces. The same 16 bytes */
-/* as element by element, so the same chunk and the same sums.         */
+/* columns at a 2-byte-aligned address p (o = p mod 16, the same for   */
+/* every chunk of the row) is loaded (pass 1 without a gradient) and   */
+/* stored in naturally aligned pieces, no byte outside [p, p + 16).    */
+/* The same 16 bytes as element by element, so the same chunk and the  */
+/* same sums.                                                          */
 /* ------------------------------------------------------------------ */
+
+/* One naturally aligned piece at a: 2, 4 or 8 bytes. HINT: with the L2
+ * policy pol; else read-only (a call that writes nothing). Both allocate
+ * in L1: the lanes of a warp read each 128-byte line in 3 or 4 pieces. */
+template <bool HINT>
+__device__ __forceinline__ uint32_t xc_ldp2(uintptr_t a, uint64_t pol) {
+    unsigned short v;
+    if (HINT) asm volatile("ld.global.L2::cache_hint.u16 %0, [%1], %2;" : "=h"(v) : "l"(a), "l"(pol));
+    else asm volatile("ld.global.nc.u16 %0, [%1];" : "=h"(v) : "l"(a));
+    return v;
+}
+template <bool HINT>
+__device__ __forceinline__ uint32_t xc_ldp4(uintptr_t a, uint64_t pol) {
+    uint32_t v;
+    if (HINT) asm volatile("ld.global.L2::cache_hint.u32 %0, [%1], %2;" : "=r"(v) : "l"(a), "l"(pol));
+    else asm volatile("ld.global.nc.u32 %0, [%1];" : "=r"(v) : "l"(a));
+    return v;
+}
+template <bool HINT>
+__device__ __forceinline__ uint2 xc_ldp8(uintptr_t a, uint64_t pol) {
+    uint2 v;
+    if (HINT)
+        asm volatile("ld.global.L2::cache_hint.v2.u32 {%0,%1}, [%2], %3;"
+                     : "=r"(v.x), "=r"(v.y) : "l"(a), "l"(pol));
+    else asm volatile("ld.global.nc.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(a));
+    return v;
+}
+
+/* The load form of a row whose chunks start at o = p mod 16 (even):
+ * 0 (o = 0): one 16-byte load; 8 (o = 8): 8 + 8 bytes; 4 (o = 4, 12):
+ * 4 + 8 + 4; 2 (o = 2, 10): 2 + 4 + 8 + 2; 6 (o = 6, 14): 2 + 8 + 4 + 2. */
+__device__ __forceinline__ int xc_form_of(uintptr_t p) {
+    const int o = (int)(p & 15);
+    return o & 2 ? (o & 4 ? 6 : 2) : (o & 4 ? 4 : (o & 8));
+}
+
+/* The 16 bytes at p in form F (xc_form_of(p) == F), as one 16-byte word. */
+template <int F, bool HINT>
+__device__ __forceinline__ uint4 xc_ld16_form(const void *p, uint64_t pol) {
+    const uintptr_t a = (uintptr_t)p;
+    if constexpr (F == 0) {
+        return HINT ? xc_ld16(p, pol) : xc_ld16_once(p);
+    } else if constexpr (F == 8) {
+        const uint2 x = xc_ldp8<HINT>(a, pol), y = xc_ldp8<HINT>(a + 8, pol);
+        return make_uint4(x.x, x.y, y.x, y.y);
+    } else if constexpr (F == 4) {
+        const uint32_t x = xc_ldp4<HINT>(a, pol), z = xc_ldp4<HINT>(a + 12, pol);
+        const uint2 y = xc_ldp8<HINT>(a + 4, pol);
+        return make_uint4(x, y.x, y.y, z);
+    } else {
+        /* columns 0 and 7 alone, 1-6 in words x, y, z from p + 2 */
+        const uint32_t e0 = xc_ldp2<HINT>(a, pol), e7 = xc_ldp2<HINT>(a + 14, pol);
+        uint32_t x, y, z;
+        if constexpr (F == 2) {
+            x = xc_ldp4<HINT>(a + 2, pol);
+            const uint2 v = xc_ldp8<HINT>(a + 6, pol);
+            y = v.x;
+            z = v.y;
+        } else {
+            const uint2 v = xc_ldp8<HINT>(a + 2, pol);
+            x = v.x;
+            y = v.y;
+            z = xc_ldp4<HINT>(a + 10, pol);
+        }
+        return make_uint4(e0 | x << 16, __funnelshift_r(x, y, 16), __funnelshift_r(y, z, 16),
+                          z >> 16 | e7 << 16);
+    }
+}
+
+/* Pass 2 (a gradient) loads unaligned chunks another way: from the two
+ * aligned 16-byte blocks each straddles. */
 
 /* Bytes [o, o + 16) of the 32 bytes lo, hi (o even). */
 __device__ __forceinline__ uint4 xc_funnel16(const uint4 &lo, const uint4 &hi, uint32_t o) {
