@@ -697,7 +697,7 @@ struct xc_shared {
  * 16-byte loads, the others element by element. XC_AL_PIECES (16-bit
  * logits, no gradient, some row not aligned): every row in its load form
  * (xc_load_round) by one pass-1 code, 22-25% faster than XC_AL_ANY on
- * such rows, 3-4% slower on aligned ones (bench/RESULTS.md, 2026-12-02
+ * such rows, 4-10% slower on aligned ones (bench/RESULTS.md, 2026-12-02
  * 07:20-07:50 UTC). */
 #define XC_AL_ANY 0
 #define XC_AL_ALIGNED 1
