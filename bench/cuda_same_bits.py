@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Compares two builds of the library bit for bit on a GPU: every output of
 xent_cuda_ce with and without a gradient (loss, nll, lse, log-probability,
-entropy, counts, gradient; without a gradient also without entropy) and of
+entropy, counts, gradient, into a buffer, into a buffer whose rows are aligned unlike the
+logits' and in place; without a gradient also without entropy) and of
 xent_cuda_logprobs, for bf16, f16 and f32
 logits, V from 1000 (on-chip kernel) to 151936, unaligned rows, logits
 scaled by 0.05 to 30, rows with NaN, +inf, all -inf but one and all 0,
@@ -44,15 +45,26 @@ def run1(lib, x, lab, T, V, ld, dt, o, grad, with_ent):
     outs = {k: torch.full((T,), float("nan"), device="cuda") for k in ("nll", "lse", "logprob", "entropy")}
     loss = torch.full((1,), float("nan"), device="cuda")
     cnt = torch.full((2,), -7, device="cuda", dtype=torch.int64)
-    g = torch.full((T, ld), float("nan"), device="cuda", dtype=dt) if grad else None
-    inp = Input(x.data_ptr(), DT[dt], T, V, ld, lab.data_ptr(), XENT_I64, None)
+    # grad: False, "buf" (a separate buffer), "off" (a buffer starting 3
+    # elements into its allocation: rows aligned unlike the logits' rows)
+    # or "inplace" (written over a copy of the logits, which it reads)
+    g = None
+    if grad == "buf":
+        g = torch.full((T, ld), float("nan"), device="cuda", dtype=dt)
+    elif grad == "off":
+        g = torch.full((T * ld + 3,), float("nan"), device="cuda", dtype=dt)[3:].view(T, ld)
+    elif grad == "inplace":
+        g = x.clone()
+    inp = Input((g if grad == "inplace" else x).data_ptr(), DT[dt], T, V, ld, lab.data_ptr(),
+                XENT_I64, None)
+    inp0 = Input(x.data_ptr(), DT[dt], T, V, ld, lab.data_ptr(), XENT_I64, None)
     out = Output(loss.data_ptr(), outs["nll"].data_ptr(), outs["logprob"].data_ptr(), outs["lse"].data_ptr(),
                  outs["entropy"].data_ptr() if with_ent else None, None, g.data_ptr() if grad else None, DT[dt], ld,
                  cnt.data_ptr(), cnt[1:].data_ptr())
     st = lib.xent_cuda_ce(C.byref(inp), C.byref(o), C.byref(out), stream())
     lp = torch.full((T,), float("nan"), device="cuda")
     ent = torch.full((T,), float("nan"), device="cuda")
-    st2 = lib.xent_cuda_logprobs(C.byref(inp), C.byref(o), C.c_void_p(lp.data_ptr()), C.c_void_p(ent.data_ptr() if with_ent else None), stream())
+    st2 = lib.xent_cuda_logprobs(C.byref(inp0), C.byref(o), C.c_void_p(lp.data_ptr()), C.c_void_p(ent.data_ptr() if with_ent else None), stream())
     torch.cuda.synchronize()
     if st or st2:
         print("status", st, st2, lib.xent_last_error().decode())
@@ -71,7 +83,8 @@ for V, dt, scale, pad in cases:
     lab = torch.randint(0, V, (T,), device="cuda", dtype=torch.int64); lab[2] = -100
     for temp, ls, zl, cap in opts_list:
         o = default_opts(); o.temperature = temp; o.label_smoothing = ls; o.z_loss = zl; o.softcap = cap
-        for grad, with_ent in ((False, True), (False, False), (True, True)):
+        for grad, with_ent in ((False, True), (False, False), ("buf", True), ("off", False),
+                               ("inplace", False)):
             a = run(0, x, lab, T, V, ld, dt, o, grad, with_ent)
             b = run(1, x, lab, T, V, ld, dt, o, grad, with_ent)
             n += 1

@@ -47,6 +47,9 @@ typedef struct {
                  gradient: nothing that reads an ignored row's logits */
     int goff; /* the GPU's gradient (not in place) starts goff elements into
                  its buffer: its rows aligned unlike the logits' */
+    int edge_labels; /* labels in the rows' first 8 columns (row t % 16 < 8)
+                        or last 8, where pass 2 of an unaligned row runs
+                        element by element */
     xent_ce_opts o;
 } ccase;
 
@@ -69,6 +72,7 @@ static void fill_inputs(const ccase *c, cinputs *in) {
         double scale = 0.5 + 4.0 * xt_uniform(r), off = 20.0 * (xt_uniform(r) - 0.5);
         int64_t lab = xt_randint(r, total);
         if (xt_uniform(r) < 0.1) lab = c->o.ignore_index;
+        if (c->edge_labels) lab = t % 16 < 8 ? t % 8 : total - 1 - t % 8;
         int64_t tl = lab - c->o.vocab_start;
         double margin = -100.0 + 180.0 * xt_uniform(r);
         int push = xt_uniform(r) < 0.3;
@@ -421,6 +425,16 @@ TEST(cuda_ce_large_vocab_vs_cpu) {
     c = base_case(XENT_F16, XENT_F16, T, 50257);
     c.entropy = 0;
     check_case("f16 V=50257", &c);
+    /* targets in the first and last columns of unaligned rows, in place and
+     * into a buffer (the rows of both at the same offsets: pass 2 cut from
+     * each row's first aligned column) */
+    for (int ip = 0; ip < 2; ip++) {
+        c = base_case(ip ? XENT_BF16 : XENT_F16, ip ? XENT_BF16 : XENT_F16, T, 50257);
+        c.inplace = ip;
+        c.edge_labels = 1;
+        check_case(ip ? "bf16 in place V=50257, targets at the edges"
+                      : "f16 V=50257, targets at the edges", &c);
+    }
     /* rows at every even offset mod 16 (T >= 8): forward only (each row
      * loaded in its own form), and with gradient rows at other offsets
      * than the logits' (and aligned logits, unaligned gradient rows) */

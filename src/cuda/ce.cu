@@ -7,7 +7,10 @@
  * the block size, never on T, on the row's position or on the row's
  * alignment (unaligned rows load the same 16 bytes of each chunk in other
  * ways: element by element, in naturally aligned pieces, or from the two
- * aligned blocks it straddles; XC_AL_* below).
+ * aligned blocks it straddles; XC_AL_* below). Pass 2's columns do not
+ * depend on each other: when the row and its gradient row start at the
+ * same offset in their 16-byte blocks, pass 2 cuts its chunks from the
+ * row's first aligned column (xc_pass2_vec's head).
  *
  * Pass 1 (one read of the row) keeps, per thread, a running raw maximum m
  * over non-target columns (warp-uniform: taken over the warp each round of
@@ -522,29 +525,52 @@ __device__ __forceinline__ int xc_p2_batch(const xc_gconst &gc, const typename I
     return slot - n;
 }
 
+/* Columns [0, n) (n <= 8) of a row's gradient, element by element. */
+template <class In, int OUT, int GM>
+__device__ __forceinline__ void xc_p2_elems(const xc_gconst &gc, const typename In::raw *row,
+                                            uint16_t *grow, int n) {
+    float z[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) z[i] = i < n ? In::one(row + i) : 0.f;
+    const uint4 w = xc_fast_grad8<OUT, GM>(gc, z);
+    const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
+    for (int i = 0; i < n; i++) grow[i] = (uint16_t)(ws[i >> 1] >> (16 * (i & 1)));
+}
+
 /* Pass 2 on the fast path (16-bit gradient): this thread's whole chunks
  * in reverse order (the most recently read first: likeliest still in L2;
  * then the ones kept in shared memory), XC_P2U loads issued before any is
  * used (U, a row or gradient row not 16-byte aligned: XC_P2UU, nothing
  * from shared memory); the partial last chunk first, element by element;
- * the target's column written over by its owner at the end. */
+ * the target's column written over by its owner at the end.
+ * head (U false): the row and the gradient row start at the same offset
+ * in their 16-byte blocks, and their first head columns (thread NT - 1,
+ * element by element) reach the next block: the rest is cut into chunks
+ * from there, so that every chunk is 16-byte aligned. Pass 2's columns do
+ * not depend on each other, so any cut gives the same bits; pass 1 keeps
+ * the row's own chunks (its sums' order). */
 template <class In, int OUT, int GM, bool U>
 __device__ __forceinline__ void xc_pass2_vec(int64_t V, const xc_gconst &gc,
                                              const typename In::raw *row, uint16_t *grow,
                                              const uint4 *stage, int kcap, bool vin,
-                                             bool vout) {
-    const int nfull = (int)(V >> 3), NT = blockDim.x, tid = threadIdx.x;
+                                             bool vout, int head) {
+    const int NT = blockDim.x, tid = threadIdx.x;
+    int64_t tl = gc.tl;
+    if (!U && head) {
+        if (tid == NT - 1) {
+            xc_p2_elems<In, OUT, GM>(gc, row, grow, head);
+            if (tl >= 0 && tl < head) grow[tl] = (uint16_t)gc.tbits;
+        }
+        row += head;
+        grow += head;
+        V -= head;
+        tl = tl >= head ? tl - head : -1;
+    }
+    const int nfull = (int)(V >> 3);
     const uint64_t pol = xc_policy_first();
     const int nv = (int)(V & 7);
-    if (nv && nfull % NT == tid) {
-        const int64_t j0 = (int64_t)nfull * 8;
-        float z[8];
-#pragma unroll
-        for (int i = 0; i < 8; i++) z[i] = i < nv ? In::one(row + j0 + i) : 0.f;
-        const uint4 w = xc_fast_grad8<OUT, GM>(gc, z);
-        const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
-        for (int i = 0; i < nv; i++) grow[j0 + i] = (uint16_t)(ws[i >> 1] >> (16 * (i & 1)));
-    }
+    if (nv && nfull % NT == tid)
+        xc_p2_elems<In, OUT, GM>(gc, row + (int64_t)nfull * 8, grow + (int64_t)nfull * 8, nv);
     int slot = tid < nfull ? (nfull - 1 - tid) / NT : -1; /* this thread's last chunk */
     if constexpr (U) { /* unaligned: nothing kept on chip is used */
         while (slot >= 0)
@@ -558,17 +584,17 @@ __device__ __forceinline__ void xc_pass2_vec(int64_t V, const xc_gconst &gc,
             slot = xc_p2_batch<In, OUT, GM, true, false>(gc, row, grow, stage, slot, 0, pol,
                                                          nfull, vin, vout);
     }
-    if (gc.tl >= 0 && (gc.tl >> 3) % NT == tid) grow[gc.tl] = (uint16_t)gc.tbits;
+    if (tl >= 0 && (tl >> 3) % NT == tid) grow[tl] = (uint16_t)gc.tbits;
 }
 
 /* xc_pass2_vec in the row's gradient form (vin, vout: the row and the
- * gradient row 16-byte aligned; both when !U) */
+ * gradient row 16-byte aligned; both when !U; head: xc_pass2_vec) */
 template <class In, int OUT, bool U>
 __device__ __forceinline__ void xc_pass2_form(int64_t V, const xc_gconst &gc,
                                               const typename In::raw *row, uint16_t *g16,
                                               const uint4 *stage, int kcap, bool vin,
-                                              bool vout) {
-#define XC_P2V(GM) xc_pass2_vec<In, OUT, GM, U>(V, gc, row, g16, stage, kcap, vin, vout)
+                                              bool vout, int head) {
+#define XC_P2V(GM) xc_pass2_vec<In, OUT, GM, U>(V, gc, row, g16, stage, kcap, vin, vout, head)
     if (gc.gm == XC_GM_FUSED) XC_P2V(XC_GM_FUSED);
     else if (gc.gm == XC_GM_SHIFT) XC_P2V(XC_GM_SHIFT);
     else if (gc.gm == XC_GM_WIDE) XC_P2V(XC_GM_WIDE);
@@ -628,12 +654,22 @@ __device__ __forceinline__ void xc_pass2(const xc_params &k, const xc_gconst &gc
     const bool vin = AL || ((uintptr_t)row & 15) == 0;
     const bool vout = (AL || ((uintptr_t)grow & 15) == 0) && !PRECISE;
     if (!PRECISE && OUT != 0 && vin && vout) {
-        xc_pass2_form<In, OUT, false>(k.V, gc, row, (uint16_t *)grow, stage, kcap, true, true);
+        xc_pass2_form<In, OUT, false>(k.V, gc, row, (uint16_t *)grow, stage, kcap, true, true,
+                                      0);
         return;
     }
     if constexpr (In::VECS == 1 && !AL) {
         if (!PRECISE && OUT != 0) {
-            xc_pass2_form<In, OUT, true>(k.V, gc, row, (uint16_t *)grow, stage, 0, vin, vout);
+            /* the row and the gradient row at the same offset o (odd V, in
+             * place or not): the aligned code from column (16 - o) / 2 on */
+            const int o = (int)((uintptr_t)row & 15);
+            if (o == (int)((uintptr_t)grow & 15)) {
+                const int h = (16 - o) >> 1;
+                xc_pass2_form<In, OUT, false>(k.V, gc, row, (uint16_t *)grow, stage, 0, true,
+                                              true, k.V < h ? (int)k.V : h);
+                return;
+            }
+            xc_pass2_form<In, OUT, true>(k.V, gc, row, (uint16_t *)grow, stage, 0, vin, vout, 0);
             return;
         }
     }
