@@ -366,11 +366,16 @@ TEST(audit_tiny_model_fp32_exact_and_orders) {
     CHECK(r.loss_scale[3] > 1 && frexp(r.loss_scale[3], &(int){0}) == 0.5 &&
               r.loss_scale[2] == 1, "loss scales %g %g", r.loss_scale[3],
           r.loss_scale[2]);
-    /* bf16 gradient accumulation over two micro-batches: only the parameter
-     * gradients differ (activations are the reference's) */
+    /* bf16 gradient accumulation over two micro-batches: the activations
+     * are the reference's fp32 arithmetic, but from matrix products of half
+     * the rows, which OpenBLAS may sum in another order (its AVX-512
+     * kernels do; its AVX2 ones gave the same bits): equal up to fp32
+     * reassociation carried through the layers (below 2^-16 relative, 256
+     * ulps), while the parameter gradients carry bf16's rounding of each
+     * micro-batch's sum (2^-9 relative a rounding) */
     int gl = entry_index(&r, XA_G_LINEAR);
-    CHECK(metric(&r, 4, lg)->rms_abs == 0 && metric(&r, 4, gl)->rms_rel > 0,
-          "bf16 accumulation: logits %g grad %g", metric(&r, 4, lg)->rms_abs,
+    CHECK(metric(&r, 4, lg)->rms_rel < 0x1p-16 && metric(&r, 4, gl)->rms_rel > 0x1p-12,
+          "bf16 accumulation: logits rel %g grad rel %g", metric(&r, 4, lg)->rms_rel,
           metric(&r, 4, gl)->rms_rel);
     xent__audit_result_free(&r);
     free(tok);

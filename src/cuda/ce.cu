@@ -801,8 +801,14 @@ __global__ void __launch_bounds__(1024) xc_row_kernel(const xc_params k) {
         xc_acc_init(a);
         /* chunks per thread kept in shared memory (aligned rows only: for
          * unaligned rows of 16-bit values it measured 3-5% slower,
-         * bench/RESULTS.md, 2026-12-02 06:03 UTC) */
-        const bool vrow = AL == XC_AL_ALIGNED || ((uintptr_t)row & 15) == 0;
+         * bench/RESULTS.md, 2026-12-02 06:03 UTC). ONE: a fast-path call
+         * with a 16-bit gradient and some row not aligned (odd V) loads
+         * its aligned rows element by element too, nothing kept: one
+         * pass-1 code and one pass-2 code for every row, which the
+         * instruction cache holds (15% faster at 32768 x 50257 into a
+         * buffer, 8% in place: bench/RESULTS.md, 2026-12-02 10:40 UTC) */
+        constexpr bool ONE = AL == XC_AL_ANY && OUT != 0 && !PRECISE && In::VECS == 1;
+        const bool vrow = AL == XC_AL_ALIGNED || (!ONE && ((uintptr_t)row & 15) == 0);
         const int kcap = vrow ? (int)(k.stage_bytes / (16 * In::VECS * (int64_t)blockDim.x)) : 0;
         constexpr bool X = EXTRA || PRECISE;
         if constexpr (AL == XC_AL_PIECES && In::VECS == 1)
