@@ -730,7 +730,8 @@ struct xc_shared {
  * in each: only the loads and stores differ). XC_AL_ALIGNED: every row and
  * gradient row is 16-byte aligned (checked on the host), so the kernel
  * leaves out the paths for unaligned rows. XC_AL_ANY: aligned rows in
- * 16-byte loads, the others element by element. XC_AL_PIECES (16-bit
+ * 16-byte loads, the others element by element (with a 16-bit gradient
+ * on the fast path, every row: xc_one_code). XC_AL_PIECES (16-bit
  * logits, no gradient, some row not aligned): every row in its load form
  * (xc_load_round) by one pass-1 code, 22-25% faster than XC_AL_ANY on
  * such rows, 4-10% slower on aligned ones (bench/RESULTS.md, 2026-12-02
@@ -738,6 +739,13 @@ struct xc_shared {
 #define XC_AL_ANY 0
 #define XC_AL_ALIGNED 1
 #define XC_AL_PIECES 2
+
+/* The build in which every row, aligned or not, runs pass 1 element by
+ * element and keeps nothing in shared memory (ONE in xc_row_kernel). */
+template <class In, int OUT, bool PRECISE, int AL>
+__host__ __device__ constexpr bool xc_one_code() {
+    return AL == XC_AL_ANY && OUT != 0 && !PRECISE && In::VECS == 1;
+}
 
 /* One row a block (the file's head). PRECISE with OUT != 0 (exact mode,
  * 16-bit logits and gradient): pass 1 on the precise path, pass 2 in the
@@ -807,7 +815,7 @@ __global__ void __launch_bounds__(1024) xc_row_kernel(const xc_params k) {
          * pass-1 code and one pass-2 code for every row, which the
          * instruction cache holds (15% faster at 32768 x 50257 into a
          * buffer, 8% in place: bench/RESULTS.md, 2026-12-02 10:40 UTC) */
-        constexpr bool ONE = AL == XC_AL_ANY && OUT != 0 && !PRECISE && In::VECS == 1;
+        constexpr bool ONE = xc_one_code<In, OUT, PRECISE, AL>();
         const bool vrow = AL == XC_AL_ALIGNED || (!ONE && ((uintptr_t)row & 15) == 0);
         const int kcap = vrow ? (int)(k.stage_bytes / (16 * In::VECS * (int64_t)blockDim.x)) : 0;
         constexpr bool X = EXTRA || PRECISE;
@@ -1051,7 +1059,8 @@ static int xc_all_aligned(const xc_params *p) {
 
 template <class In, int OUT, bool PRECISE, bool EXTRA, int AL>
 static int xc_go_al(const xc_params *p, int block, cudaStream_t s) {
-    const int pad = (p->grad && p->mode == XC_MODE_FWD) ? xc_smem_pad(block, In::VECS > 1) : 0;
+    const bool stage = p->grad && p->mode == XC_MODE_FWD && !xc_one_code<In, OUT, PRECISE, AL>();
+    const int pad = stage ? xc_smem_pad(block, In::VECS > 1) : 0;
     if (pad > 48 * 1024) {
         cudaError_t e = cudaFuncSetAttribute(xc_row_kernel<In, OUT, PRECISE, EXTRA, AL>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, pad);
