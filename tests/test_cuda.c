@@ -829,10 +829,10 @@ TEST(cuda_shards_vs_cpu) {
 /* The same row at different positions, batch sizes and alignments gives
  * bitwise the same outputs and gradient row; without a gradient and through
  * xent_cuda_logprobs, bitwise the same outputs. */
-static void batch_invariance(const char *plan, const char *block) {
+static void batch_invariance(const char *plan, const char *block, int64_t V) {
     if (plan) setenv("XENT_CUDA_CLUSTER", plan, 1);
     if (block) setenv("XENT_CUDA_BLOCK", block, 1);
-    const int64_t V = 32000, Ts[] = {1, 5, 64};
+    const int64_t Ts[] = {1, 5, 64};
     xt_rng_t *r = xt_rng();
     uint16_t *row = malloc(V * 2);
     for (int64_t j = 0; j < V; j++) row[j] = xent_f32_to_bf16((float)(3.0 * xt_normal(r)));
@@ -951,11 +951,16 @@ static void batch_invariance(const char *plan, const char *block) {
 TEST(cuda_batch_invariance) {
     if (!gpu_ready()) return;
     /* the default plan at V = 32000: the streaming kernel, one warp a row */
-    batch_invariance(NULL, NULL);
-    batch_invariance("1", NULL);  /* the on-chip kernel, one block a row */
-    batch_invariance("4", NULL);  /* four blocks a row */
-    batch_invariance("4:256:3", NULL); /* three clusters for all rows */
-    batch_invariance("0", "128"); /* the streaming kernel, four warps a row */
+    batch_invariance(NULL, NULL, 32000);
+    batch_invariance("1", NULL, 32000);  /* the on-chip kernel, one block a row */
+    batch_invariance("4", NULL, 32000);  /* four blocks a row */
+    batch_invariance("4:256:3", NULL, 32000); /* three clusters for all rows */
+    batch_invariance("0", "128", 32000); /* the streaming kernel, four warps a row */
+    /* sums' blocks of 512 and 1024 threads, which calls without a gradient
+     * run with 256 (two and four of the sums' threads each) */
+    batch_invariance("0", "512", 32000);
+    batch_invariance("0", "1024", 20011);
+    batch_invariance(NULL, NULL, 128256); /* the default at large V: 512 */
 }
 
 /* A bad label: XENT_ERR_LABEL naming row and value, nothing written.

@@ -21,8 +21,10 @@ static thread_local int g_exact = 0;
  * (32 threads measured 12-16% faster forward-only than 64 at V = 20000,
  * 24576 and 32000, and with a gradient 4% faster to 3.5% slower,
  * bench/RESULTS.md, 2026-12-02 03:03 UTC); above, about 62 chunks of 8
- * columns per thread, 96..256 threads (1024 threads per multiprocessor; 512
- * measured 12% slower forward-only and no faster with a gradient). So
+ * columns per thread, 96..256 threads (1024 threads per multiprocessor;
+ * 512 with 60000 bytes kept measured 5% faster with a gradient and 13%
+ * slower forward-only at V = 128256 and 151936, bench/RESULTS.md,
+ * 2026-12-02 12:56 UTC: the call that keeps its speed is forward-only). So
  * that every call on the same row (xent_cuda_ce, _logprobs, _shard_stats)
  * sums in the same order: per-row results are bitwise the same whatever T,
  * the row's position and the entry point. */

@@ -1,0 +1,553 @@
+/* bench/sol_rows.cu: what each kernel structure reaches on a two-pass row
+ * operation with next to no arithmetic, against the copy floor.
+ *
+ * The operation: m_r = max of row r, then y = x - m_r (bf16 T x V, rounded
+ * once, in place or into a second array). It has the shape of
+ * cross-entropy forward + backward (a reduction over the row, then an
+ * elementwise pass that needs it) and none of its arithmetic, so each
+ * structure's time here is a lower bound for the same structure with the
+ * real arithmetic. Every kernel's output is compared bit for bit with a
+ * plain reference (outputs poisoned with NaN first); the max is exact in
+ * any order, so every structure must give the same bits.
+ *
+ * Structures (one block a row unless said):
+ *   flat       grid-stride elementwise y = x - 1 (no row structure: a copy)
+ *   p2         pass 2 alone: m_r given, read and write the row
+ *   two        pass 1 (max) then pass 2 (re-read, write); K chunks of 16
+ *              bytes a thread kept in shared memory between the passes
+ *   chip       one block of 1024 threads a multiprocessor, persistent; the
+ *              whole row on chip (cp.async into shared memory, the rest in
+ *              registers), read from memory once; PF: the next row's copies
+ *              issued as each chunk's output is stored
+ * W: dummy multiply-adds per element in pass 1 (arithmetic the structure
+ * must hide); FIN: one thread's finish between the passes (about 1 us of
+ * dependent double operations, as a row's finish in double takes), the
+ * block waiting for it at a barrier.
+ *
+ * Build and run (H200): nvcc -O3 -arch=sm_90 -o /tmp/sol bench/sol_rows.cu
+ *   && /tmp/sol [T V ...]   (default: 16384 128256 8192 151936)
+ * Prints one table per shape: median of 20 timed calls after 3, ms, and the
+ * fraction of the floor 4 T V bytes over the copy bandwidth
+ * (cudaMemcpyAsync of 4 GiB device to device, measured in the same run). */
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <algorithm>
+#include <vector>
+
+#define CK(x)                                                                       \
+    do {                                                                            \
+        cudaError_t e_ = (x);                                                       \
+        if (e_ != cudaSuccess) {                                                    \
+            fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
+            exit(1);                                                                \
+        }                                                                           \
+    } while (0)
+
+/* ---- device helpers ---------------------------------------------------- */
+
+__device__ __forceinline__ uint64_t pol_last() {
+    uint64_t p;
+    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
+    return p;
+}
+__device__ __forceinline__ uint64_t pol_first() {
+    uint64_t p;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
+    return p;
+}
+__device__ __forceinline__ uint4 ld16(const uint4 *a, uint64_t pol) {
+    uint4 v;
+    asm volatile("ld.global.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], %5;"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(a), "l"(pol));
+    return v;
+}
+__device__ __forceinline__ void st16(uint4 *a, uint4 v, uint64_t pol) {
+    asm volatile("st.global.L2::cache_hint.v4.u32 [%0], {%1,%2,%3,%4}, %5;"
+                 :: "l"(a), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "l"(pol) : "memory");
+}
+__device__ __forceinline__ void cp16(void *s, const void *g) {
+    uint32_t sa = (uint32_t)__cvta_generic_to_shared(s);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(sa), "l"(g) : "memory");
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void cp_wait_all() { asm volatile("cp.async.wait_group 0;" ::: "memory"); }
+
+__device__ __forceinline__ __nv_bfloat162 as2(uint32_t u) {
+    __nv_bfloat162 h;
+    memcpy(&h, &u, 4);
+    return h;
+}
+/* packed max of a chunk's 8 values into m2 */
+__device__ __forceinline__ void max8(__nv_bfloat162 &m2, uint4 b) {
+    m2 = __hmax2(m2, __hmax2(__hmax2(as2(b.x), as2(b.y)), __hmax2(as2(b.z), as2(b.w))));
+}
+__device__ __forceinline__ float fin_max(__nv_bfloat162 m2) {
+    return fmaxf(__low2float(m2), __high2float(m2));
+}
+/* y = x - m for a chunk, rounded once to bf16 */
+__device__ __forceinline__ uint32_t sub2(uint32_t u, float m) {
+    float2 f = __bfloat1622float2(as2(u));
+    __nv_bfloat162 h = __floats2bfloat162_rn(f.x - m, f.y - m);
+    uint32_t r;
+    memcpy(&r, &h, 4);
+    return r;
+}
+__device__ __forceinline__ uint4 sub8(uint4 b, float m) {
+    return make_uint4(sub2(b.x, m), sub2(b.y, m), sub2(b.z, m), sub2(b.w, m));
+}
+/* W dummy multiply-adds per element (8 independent chains a thread) */
+template <int W>
+__device__ __forceinline__ void work8(float (&acc)[8], uint4 b) {
+    if (W == 0) return;
+    const uint32_t u[4] = {b.x, b.y, b.z, b.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float2 f = __bfloat1622float2(as2(u[i]));
+#pragma unroll
+        for (int w = 0; w < W; w++) {
+            acc[2 * i] = fmaf(acc[2 * i], 0.999f, f.x);
+            acc[2 * i + 1] = fmaf(acc[2 * i + 1], 0.999f, f.y);
+        }
+    }
+}
+/* the block's max (every thread gets it); red: 32 floats of shared memory */
+__device__ __forceinline__ float block_max(float m, float *red) {
+#pragma unroll
+    for (int o = 16; o; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    const int w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    if ((threadIdx.x & 31) == 0) red[w] = m;
+    __syncthreads();
+    m = red[0];
+    for (int i = 1; i < nw; i++) m = fmaxf(m, red[i]);
+    __syncthreads();
+    return m;
+}
+
+/* ---- kernels ------------------------------------------------------------ */
+
+/* reference: the row max (one block a row, plain loop) and y */
+__global__ void k_refmax(const uint4 *x, float *rmax, int64_t T, int nch) {
+    __shared__ float red[32];
+    for (int64_t r = blockIdx.x; r < T; r += gridDim.x) {
+        __nv_bfloat162 m2 = as2(0xff80ff80u);
+        for (int c = threadIdx.x; c < nch; c += blockDim.x) max8(m2, x[r * nch + c]);
+        float m = block_max(fin_max(m2), red);
+        if (threadIdx.x == 0) rmax[r] = m;
+    }
+}
+__global__ void k_refy(const uint4 *x, uint4 *y, const float *rmax, int64_t n, int nch) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = sub8(x[i], rmax[i / nch]);
+}
+__global__ void k_cmp(const uint4 *a, const uint4 *b, int64_t n, unsigned long long *bad) {
+    unsigned long long nb = 0;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        uint4 u = a[i], v = b[i];
+        nb += (u.x != v.x) + (u.y != v.y) + (u.z != v.z) + (u.w != v.w);
+    }
+    if (nb) atomicAdd(bad, nb);
+}
+
+/* flat: y = x - 1, grid-stride, 4 loads in flight a thread */
+__global__ void __launch_bounds__(256) k_flat(const uint4 *x, uint4 *y, int64_t n) {
+    const int64_t S = (int64_t)gridDim.x * blockDim.x;
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    for (; i + 3 * S < n; i += 4 * S) {
+        uint4 b[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) b[u] = x[i + u * S];
+#pragma unroll
+        for (int u = 0; u < 4; u++) y[i + u * S] = sub8(b[u], 1.f);
+    }
+    for (; i < n; i += S) y[i] = sub8(x[i], 1.f);
+}
+
+/* p2: pass 2 alone, U loads in flight, REV: chunks in reverse order */
+template <int U, bool REV>
+__global__ void __launch_bounds__(256, 4) k_p2(const uint4 *x, uint4 *y, const float *rmax,
+                                               int64_t T, int nch) {
+    const int NT = blockDim.x, tid = threadIdx.x;
+    const uint64_t pol = pol_first();
+    for (int64_t r = blockIdx.x; r < T; r += gridDim.x) {
+        const uint4 *row = x + r * nch;
+        uint4 *out = y + r * nch;
+        const float m = rmax[r];
+        const int ns = tid < nch ? (nch - 1 - tid) / NT + 1 : 0; /* chunks of this thread */
+        for (int s0 = 0; s0 < ns; s0 += U) {
+            uint4 b[U];
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int s = REV ? ns - 1 - (s0 + u) : s0 + u;
+                if (s0 + u < ns) b[u] = ld16(row + tid + (int64_t)s * NT, pol);
+            }
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int s = REV ? ns - 1 - (s0 + u) : s0 + u;
+                if (s0 + u < ns) st16(out + tid + (int64_t)s * NT, sub8(b[u], m), pol);
+            }
+        }
+    }
+}
+
+/* FIN: one thread's finish between the passes (a chain of dependent double
+ * multiply-adds, about 1 us, as a row's finish in double takes), the block
+ * waiting for it at a barrier */
+__device__ __forceinline__ float fake_finish(float m, float *slot) {
+    if (threadIdx.x == 0) {
+        double d = m;
+        for (int i = 0; i < 240; i++) d = fma(d, 0.99999, 1e-7);
+        *slot = (float)d;
+    }
+    __syncthreads();
+    return *slot == 12345.f ? m + 1.f : m; /* never: keeps the chain */
+}
+
+/* two: pass 1 in rounds of 4 chunks (evict_last), the first K chunks of
+ * each thread kept in shared memory; pass 2 in reverse, 4 loads in flight */
+template <int NT, int W, bool FIN>
+__global__ void __launch_bounds__(NT, 1024 / NT) k_two(const uint4 *x, uint4 *y, float *rmax,
+                                                       float *junk, int64_t T, int nch, int K) {
+    extern __shared__ uint4 stage[]; /* [K][NT] */
+    __shared__ float red[33];
+    const int tid = threadIdx.x;
+    const uint64_t pl = pol_last(), pf = pol_first();
+    for (int64_t r = blockIdx.x; r < T; r += gridDim.x) {
+        const uint4 *row = x + r * nch;
+        uint4 *out = y + r * nch;
+        __nv_bfloat162 m2 = as2(0xff80ff80u);
+        float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        const int ns = tid < nch ? (nch - 1 - tid) / NT + 1 : 0;
+        int s = 0;
+        for (; s + 4 <= ns; s += 4) {
+            uint4 b[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++) b[u] = ld16(row + tid + (int64_t)(s + u) * NT, pl);
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                if (s + u < K) stage[(s + u) * NT + tid] = b[u];
+                max8(m2, b[u]);
+                work8<W>(acc, b[u]);
+            }
+        }
+        for (; s < ns; s++) {
+            uint4 b = ld16(row + tid + (int64_t)s * NT, pl);
+            if (s < K) stage[s * NT + tid] = b;
+            max8(m2, b);
+            work8<W>(acc, b);
+        }
+        float m = block_max(fin_max(m2), red);
+        if (FIN) m = fake_finish(m, red + 32);
+        if (tid == 0) rmax[r] = m;
+        if (W) {
+            float a = 0;
+            for (int i = 0; i < 8; i++) a += acc[i];
+            if (a == 12345.f) junk[r] = a; /* keeps the work */
+        }
+        for (int s0 = ns - 1; s0 >= 0; s0 -= 4) {
+            uint4 b[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const int q = s0 - u;
+                if (q >= 0) b[u] = q < K ? stage[q * NT + tid] : ld16(row + tid + (int64_t)q * NT, pf);
+            }
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const int q = s0 - u;
+                if (q >= 0) st16(out + tid + (int64_t)q * NT, sub8(b[u], m), pf);
+            }
+        }
+        __syncthreads(); /* the staged chunks are this thread's own; red is reused */
+    }
+}
+
+/* chip: 1024 threads, KS chunks a thread in shared memory (cp.async), KR in
+ * registers; persistent over rows r = blockIdx.x + i gridDim.x */
+template <int KS, int KR, bool PF, int W>
+__global__ void __launch_bounds__(1024, 1) k_chip(const uint4 *x, uint4 *y, float *rmax,
+                                                  float *junk, int64_t T, int nch) {
+    extern __shared__ uint4 stage[]; /* [KS][1024] */
+    __shared__ float red[32];
+    const int NT = 1024, tid = threadIdx.x;
+    const uint64_t pl = pol_first();
+    uint4 rg[KR > 0 ? KR : 1];
+    int64_t r = blockIdx.x;
+    auto issue = [&](int64_t rr) {
+        const uint4 *row = x + rr * nch;
+#pragma unroll
+        for (int s = 0; s < KS; s++) {
+            const int c = tid + s * NT;
+            if (c < nch) cp16(&stage[s * NT + tid], row + c);
+        }
+        cp_commit();
+#pragma unroll
+        for (int s = 0; s < KR; s++) {
+            const int c = tid + (KS + s) * NT;
+            if (c < nch) rg[s] = ld16(row + c, pl);
+        }
+    };
+    if (r < T) issue(r);
+    for (; r < T; r += gridDim.x) {
+        const int64_t nx = r + gridDim.x;
+        cp_wait_all();
+        __nv_bfloat162 m2 = as2(0xff80ff80u);
+        float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+#pragma unroll
+        for (int s = 0; s < KS; s++) {
+            const int c = tid + s * NT;
+            if (c < nch) {
+                uint4 b = stage[s * NT + tid];
+                max8(m2, b);
+                work8<W>(acc, b);
+            }
+        }
+#pragma unroll
+        for (int s = 0; s < KR; s++) {
+            const int c = tid + (KS + s) * NT;
+            if (c < nch) {
+                max8(m2, rg[s]);
+                work8<W>(acc, rg[s]);
+            }
+        }
+        const float m = block_max(fin_max(m2), red);
+        if (tid == 0) rmax[r] = m;
+        if (W) {
+            float a = 0;
+            for (int i = 0; i < 8; i++) a += acc[i];
+            if (a == 12345.f) junk[r] = a;
+        }
+        uint4 *out = y + r * nch;
+        const uint4 *nrow = x + nx * nch;
+#pragma unroll
+        for (int s = 0; s < KS; s++) {
+            const int c = tid + s * NT;
+            if (c < nch) {
+                st16(out + c, sub8(stage[s * NT + tid], m), pl);
+                if (PF && nx < T) cp16(&stage[s * NT + tid], nrow + c);
+            }
+        }
+        if (PF) cp_commit();
+#pragma unroll
+        for (int s = 0; s < KR; s++) {
+            const int c = tid + (KS + s) * NT;
+            if (c < nch) {
+                st16(out + c, sub8(rg[s], m), pl);
+                if (PF && nx < T) rg[s] = ld16(nrow + c, pl);
+            }
+        }
+        if (!PF && nx < T) issue(nx);
+    }
+}
+
+/* ---- host ---------------------------------------------------------------- */
+
+typedef void (*launch_fn)(const uint4 *x, uint4 *y, float *rmax, float *junk, int64_t T, int nch,
+                          cudaStream_t s);
+
+static int g_sms;
+
+template <int NT, int W, bool FIN>
+static void set_two(int K) {
+    CK(cudaFuncSetAttribute(k_two<NT, W, FIN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                            K * NT * 16));
+}
+
+static double median(std::vector<float> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+/* median ms of reps calls of f, each timed by its own events */
+template <class F>
+static double time_ms(F f, int reps = 20, int warm = 3) {
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    for (int i = 0; i < warm; i++) f();
+    std::vector<float> t;
+    for (int i = 0; i < reps; i++) {
+        CK(cudaEventRecord(a));
+        f();
+        CK(cudaEventRecord(b));
+        CK(cudaEventSynchronize(b));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, a, b));
+        t.push_back(ms);
+    }
+    CK(cudaGetLastError());
+    CK(cudaEventDestroy(a));
+    CK(cudaEventDestroy(b));
+    return median(t);
+}
+
+struct Shape {
+    int64_t T, V;
+};
+
+static void run_shape(Shape sh, double copy_bw) {
+    const int64_t T = sh.T, V = sh.V, nch = V / 8, n = T * nch;
+    const size_t bytes = (size_t)n * 16;
+    uint4 *master, *x, *y, *ref;
+    float *rmax, *rref, *junk;
+    unsigned long long *bad;
+    CK(cudaMalloc(&master, bytes));
+    CK(cudaMalloc(&x, bytes));
+    CK(cudaMalloc(&y, bytes));
+    CK(cudaMalloc(&ref, bytes));
+    CK(cudaMalloc(&rmax, T * 4));
+    CK(cudaMalloc(&rref, T * 4));
+    CK(cudaMalloc(&junk, T * 4));
+    CK(cudaMalloc(&bad, 8));
+    /* random bf16 (bit patterns of N(0, 2)-like values from a hash) */
+    {
+        std::vector<uint16_t> h(1 << 24);
+        uint64_t s = 0x9e3779b97f4a7c15ull;
+        for (auto &v : h) {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            float f = ((float)(s >> 40) / (float)(1 << 24) - 0.5f) * 8.f;
+            uint32_t u;
+            memcpy(&u, &f, 4);
+            v = (uint16_t)(u >> 16);
+        }
+        for (size_t off = 0; off < bytes; off += h.size() * 2) {
+            size_t m = std::min(bytes - off, h.size() * 2);
+            CK(cudaMemcpy((char *)master + off, h.data(), m, cudaMemcpyHostToDevice));
+        }
+    }
+    k_refmax<<<(int)std::min<int64_t>(T, 1 << 20), 256>>>(master, rref, T, (int)nch);
+    k_refy<<<g_sms * 8, 256>>>(master, ref, rref, n, (int)nch);
+    CK(cudaDeviceSynchronize());
+    const double floor_ms = 4.0 * T * V / copy_bw * 1e3;
+    printf("\n%lld x %lld bf16: floor 4TV/copy = %.3f ms\n", (long long)T, (long long)V, floor_ms);
+    printf("| structure | in place | ms | of floor | bits |\n|---|---|---|---|---|\n");
+
+    const int chip_grid = (int)std::min<int64_t>(T, g_sms);
+    auto check_run = [&](const char *name, bool inplace, bool is_flat, auto launch) {
+        /* correctness: poison, one call from the master copy, compare */
+        CK(cudaMemcpy(x, master, bytes, cudaMemcpyDeviceToDevice));
+        uint4 *out = inplace ? x : y;
+        if (!inplace) CK(cudaMemset(y, 0xff, bytes));
+        CK(cudaMemset(rmax, 0xff, T * 4));
+        CK(cudaMemset(bad, 0, 8));
+        launch(x, out);
+        CK(cudaGetLastError());
+        CK(cudaDeviceSynchronize());
+        unsigned long long nb = 0;
+        if (!is_flat) {
+            k_cmp<<<g_sms * 8, 256>>>(out, ref, n, bad);
+            CK(cudaMemcpy(&nb, bad, 8, cudaMemcpyDeviceToHost));
+        }
+        CK(cudaMemcpy(x, master, bytes, cudaMemcpyDeviceToDevice));
+        double ms = time_ms([&] { launch(x, out); });
+        printf("| %s | %s | %.3f | %.1f%% | %s |\n", name, inplace ? "yes" : "no", ms,
+               100.0 * floor_ms / ms, is_flat ? "-" : (nb ? "DIFFER" : "equal"));
+        if (nb) printf("  %llu mismatching values\n", nb);
+        fflush(stdout);
+    };
+    const int rgrid = (int)std::min<int64_t>(T, 1 << 24);
+    check_run("memcpy (cudaMemcpyAsync)", false, true, [&](uint4 *a, uint4 *b) {
+        CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice));
+    });
+    check_run("flat, y = x - 1", false, true,
+              [&](uint4 *a, uint4 *b) { k_flat<<<g_sms * 8, 256>>>(a, b, n); });
+    check_run("flat, y = x - 1", true, true,
+              [&](uint4 *a, uint4 *b) { k_flat<<<g_sms * 8, 256>>>(a, b, n); });
+#define P2(U, REV, IP)                                                                      \
+    check_run("p2 (m given), 256 thr, " #U " loads, rev " #REV, IP, false,                  \
+              [&](uint4 *a, uint4 *b) { k_p2<U, REV><<<rgrid, 256>>>(a, b, rref, T, (int)nch); })
+    P2(4, false, false);
+    P2(4, true, false);
+    P2(8, false, false);
+    P2(4, true, true);
+    P2(8, false, true);
+#undef P2
+#define TWO(NT, K, W, FIN, IP)                                                               \
+    do {                                                                                    \
+        set_two<NT, W, FIN>(K);                                                             \
+        check_run("two, " #NT " thr, K " #K " (" #K "x16x" #NT " B kept), W " #W ", FIN " #FIN, \
+                  IP, false, [&](uint4 *a, uint4 *b) {                                      \
+                      k_two<NT, W, FIN><<<rgrid, NT, K * NT * 16>>>(a, b, rmax, junk, T,    \
+                                                                    (int)nch, K);           \
+                  });                                                                       \
+    } while (0)
+    TWO(256, 0, 0, false, true);
+    TWO(256, 9, 0, false, true);
+    TWO(256, 9, 0, false, false);
+    TWO(256, 13, 0, false, true);
+    TWO(512, 13, 0, false, true);
+    TWO(512, 26, 0, false, true);
+    TWO(1024, 13, 0, false, true);
+    TWO(256, 9, 4, false, true);
+    TWO(256, 9, 8, false, true);
+    TWO(256, 9, 8, true, true);
+    TWO(512, 13, 8, false, true);
+    TWO(512, 13, 8, true, true);
+    TWO(512, 6, 8, true, true);
+    TWO(1024, 13, 8, true, true);
+#undef TWO
+#define CHIP(KS, KR, PF, W)                                                                  \
+    do {                                                                                    \
+        CK(cudaFuncSetAttribute(k_chip<KS, KR, PF, W>,                                      \
+                                cudaFuncAttributeMaxDynamicSharedMemorySize, KS * 1024 * 16)); \
+        check_run("chip, 1024 thr, " #KS " smem + " #KR " reg chunks, PF " #PF ", W " #W,     \
+                  true, false, [&](uint4 *a, uint4 *b) {                                    \
+                      k_chip<KS, KR, PF, W><<<chip_grid, 1024, KS * 1024 * 16>>>(           \
+                          a, b, rmax, junk, T, (int)nch);                                   \
+                  });                                                                       \
+    } while (0)
+    if (nch <= 16 * 1024) {
+        CHIP(14, 2, false, 0);
+        CHIP(14, 2, true, 0);
+        CHIP(14, 2, true, 4);
+        CHIP(14, 2, true, 8);
+    } else if (nch <= 19 * 1024) {
+        CHIP(14, 5, false, 0);
+        CHIP(14, 5, true, 0);
+        CHIP(14, 5, true, 4);
+        CHIP(14, 5, true, 8);
+    }
+#undef CHIP
+    CK(cudaFree(master));
+    CK(cudaFree(x));
+    CK(cudaFree(y));
+    CK(cudaFree(ref));
+    CK(cudaFree(rmax));
+    CK(cudaFree(rref));
+    CK(cudaFree(junk));
+    CK(cudaFree(bad));
+}
+
+int main(int argc, char **argv) {
+    cudaDeviceProp p;
+    CK(cudaGetDeviceProperties(&p, 0));
+    g_sms = p.multiProcessorCount;
+    const size_t cb = (size_t)4 << 30;
+    void *a, *b;
+    CK(cudaMalloc(&a, cb));
+    CK(cudaMalloc(&b, cb));
+    CK(cudaMemset(a, 1, cb));
+    const double ms = time_ms([&] { CK(cudaMemcpyAsync(b, a, cb, cudaMemcpyDeviceToDevice)); }, 10, 2);
+    const double copy_bw = 2.0 * cb / (ms * 1e-3);
+    CK(cudaFree(a));
+    CK(cudaFree(b));
+    printf("device %s, %d SMs, L2 %d MB; copy bandwidth %.3f TB/s (read + write)\n", p.name,
+           g_sms, p.l2CacheSize >> 20, copy_bw / 1e12);
+    std::vector<Shape> shapes;
+    for (int i = 1; i + 1 < argc; i += 2) shapes.push_back({atoll(argv[i]), atoll(argv[i + 1])});
+    if (shapes.empty()) shapes = {{16384, 128256}, {8192, 151936}};
+    for (Shape s : shapes) {
+        if (s.V % 8) {
+            fprintf(stderr, "V must be a multiple of 8 (got %lld)\n", (long long)s.V);
+            return 2;
+        }
+        run_shape(s, copy_bw);
+    }
+    return 0;
+}
