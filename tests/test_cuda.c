@@ -956,11 +956,10 @@ TEST(cuda_batch_invariance) {
     batch_invariance("4", NULL, 32000);  /* four blocks a row */
     batch_invariance("4:256:3", NULL, 32000); /* three clusters for all rows */
     batch_invariance("0", "128", 32000); /* the streaming kernel, four warps a row */
-    /* sums' blocks of 512 and 1024 threads, which calls without a gradient
-     * run with 256 (two and four of the sums' threads each) */
+    /* blocks of 512 and 1024 threads (kept chunks in the gradient call) */
     batch_invariance("0", "512", 32000);
     batch_invariance("0", "1024", 20011);
-    batch_invariance(NULL, NULL, 128256); /* the default at large V: 512 */
+    batch_invariance(NULL, NULL, 128256); /* the default at large V: 256 threads */
 }
 
 /* A bad label: XENT_ERR_LABEL naming row and value, nothing written.
