@@ -19,7 +19,9 @@ label check, in place) together, then the two forward-only (with and
 without the check); the peers one after another. Floor: 4*T*V
 bytes (one bf16 read + one bf16 write) at the device copy bandwidth
 measured in this run; forward-only:
-2*T*V bytes at the read bandwidth measured in this run. Extra memory: peak
+2*T*V bytes at the read bandwidth measured in this run (the faster of
+torch's sum and a plain Triton read kernel over 4 GiB; both printed; until
+2026-12-02 torch's sum alone, a few percent slower). Extra memory: peak
 allocated by the call beyond its inputs and its gradient (torch's allocator;
 xent's scratch, from its own stream-ordered pool, is reported by
 construction: with a gradient and a reduced loss, 16 + 576 bytes a call
@@ -164,11 +166,45 @@ def copy_bandwidth(nbytes=4 << 30):
     return 2 * nbytes / (ms * 1e-3)
 
 
+def _triton_read_ms(x, reps=10, warmup=2):
+    """Median ms of a plain Triton read of x (int32 view: every byte read
+    once, one max a block written), or None without Triton."""
+    try:
+        import triton
+        import triton.language as tl
+    except Exception:  # noqa: BLE001
+        return None
+
+    @triton.jit
+    def _read(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+        pid = tl.program_id(0)
+        offs = pid.to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        v = tl.load(x_ptr + offs, mask=offs < n, other=0)
+        tl.store(out_ptr + pid, tl.max(v, axis=0))
+
+    xi = x.view(torch.int32)
+    n, best = xi.numel(), None
+    for block in (4096, 16384):
+        out = torch.empty(triton.cdiv(n, block), dtype=torch.int32, device=x.device)
+        ms, _ = time_it(lambda: _read[(out.numel(),)](xi, out, n, BLOCK=block, num_warps=8),
+                        reps, warmup)
+        best = ms if best is None else min(best, ms)
+    return best
+
+
 def read_bandwidth(nbytes=4 << 30):
+    """The read floor's bandwidth: the faster of torch's sum and a plain
+    Triton read kernel over the same 4 GiB (torch's reduction alone reads
+    a few percent slower than the memory allows). Returns (bandwidth, the
+    rates of each reader)."""
     x = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda").normal_()
     ms, _ = time_it(lambda: x.sum(), 10, 2)
+    rates = {"torch sum": nbytes / (ms * 1e-3)}
+    tms = _triton_read_ms(x)
+    if tms is not None:
+        rates["triton read"] = nbytes / (tms * 1e-3)
     del x
-    return nbytes / (ms * 1e-3)
+    return max(rates.values()), rates
 
 
 # ------------------------------------------------------------------ main --
@@ -196,14 +232,16 @@ def main():
     dev = torch.cuda.get_device_name()
     stream = lambda: C.c_void_p(torch.cuda.current_stream().cuda_stream)
     copy_bw = copy_bandwidth()
-    read_bw = read_bandwidth()
+    read_bw, read_rates = read_bandwidth()
     try:
         from liger_kernel.transformers.functional import liger_cross_entropy
     except Exception as e:  # noqa: BLE001
         liger_cross_entropy = None
         print(f"Liger-Kernel not importable ({e}): its rows are skipped")
     print(f"device {dev}; copy bandwidth {copy_bw / 1e12:.3f} TB/s (read+write), "
-          f"read bandwidth {read_bw / 1e12:.3f} TB/s; torch {torch.__version__}")
+          f"read bandwidth {read_bw / 1e12:.3f} TB/s ("
+          + ", ".join(f"{k} {v / 1e12:.3f}" for k, v in read_rates.items())
+          + f"); torch {torch.__version__}")
 
     rows = []
     for shape in args.shapes.split(","):
@@ -391,7 +429,7 @@ def main():
               f"{100 * r['frac']:.1f}% |")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(dict(device=dev, copy_bw=copy_bw, read_bw=read_bw,
+            json.dump(dict(device=dev, copy_bw=copy_bw, read_bw=read_bw, read_rates=read_rates,
                            torch=torch.__version__, date=time.strftime("%Y-%m-%d %H:%M UTC",
                                                                        time.gmtime()),
                            rows=rows), f, indent=1)

@@ -12,17 +12,28 @@
  *
  * Structures (one block a row unless said):
  *   flat       grid-stride elementwise y = x - 1 (no row structure: a copy)
+ *   read       grid-stride read of the whole array (the read floor's rate)
+ *   fwd        forward only: one read of the row (max), rmax written
  *   p2         pass 2 alone: m_r given, read and write the row
  *   two        pass 1 (max) then pass 2 (re-read, write); K chunks of 16
  *              bytes a thread kept in shared memory between the passes
+ *   pipe       two passes, persistent blocks: pass 1 of a block's next row
+ *              and pass 2 of its current row in one loop, the loads a
+ *              round ahead, so that no row boundary empties the block's
+ *              loads; K chunks a thread kept, the rest re-read from L2
  *   chip       one block of 1024 threads a multiprocessor, persistent; the
  *              whole row on chip (cp.async into shared memory, the rest in
  *              registers), read from memory once; PF: the next row's copies
- *              issued as each chunk's output is stored
+ *              issued as each chunk's output is stored; P3: a
+ *              cross-entropy row's phases (max, barrier, sums' pass,
+ *              reduction, one thread's finish, pass 2); with FWD, forward
+ *              only (the next row's copies issued as the sums' pass frees
+ *              each slot)
  * W: dummy multiply-adds per element in pass 1 (arithmetic the structure
  * must hide); FIN: one thread's finish between the passes (about 1 us of
  * dependent double operations, as a row's finish in double takes), the
- * block waiting for it at a barrier.
+ * block waiting for it at a barrier. Rows marked fwd are timed against the
+ * read floor 2 T V bytes over the read rate of `read`.
  *
  * Build and run (H200): nvcc -O3 -arch=sm_90 -o /tmp/sol bench/sol_rows.cu
  *   && /tmp/sol [T V ...]   (default: 16384 128256 8192 151936)
@@ -157,6 +168,14 @@ __global__ void k_cmp(const uint4 *a, const uint4 *b, int64_t n, unsigned long l
     if (nb) atomicAdd(bad, nb);
 }
 
+__global__ void k_cmpf(const float *a, const float *b, int64_t n, unsigned long long *bad) {
+    unsigned long long nb = 0;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        nb += __float_as_uint(a[i]) != __float_as_uint(b[i]);
+    if (nb) atomicAdd(bad, nb);
+}
+
 /* flat: y = x - 1, grid-stride, 4 loads in flight a thread */
 __global__ void __launch_bounds__(256) k_flat(const uint4 *x, uint4 *y, int64_t n) {
     const int64_t S = (int64_t)gridDim.x * blockDim.x;
@@ -169,6 +188,63 @@ __global__ void __launch_bounds__(256) k_flat(const uint4 *x, uint4 *y, int64_t 
         for (int u = 0; u < 4; u++) y[i + u * S] = sub8(b[u], 1.f);
     }
     for (; i < n; i += S) y[i] = sub8(x[i], 1.f);
+}
+
+/* read: every 16 bytes of x read once (grid-stride, 4 loads in flight);
+ * the read floor's bandwidth */
+__global__ void __launch_bounds__(256) k_read(const uint4 *x, int64_t n, float *junk) {
+    const int64_t S = (int64_t)gridDim.x * blockDim.x;
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    uint32_t h = 0;
+    for (; i + 3 * S < n; i += 4 * S) {
+        uint4 b[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) b[u] = x[i + u * S];
+#pragma unroll
+        for (int u = 0; u < 4; u++) h ^= b[u].x ^ b[u].y ^ b[u].z ^ b[u].w;
+    }
+    for (; i < n; i += S) h ^= x[i].x ^ x[i].y ^ x[i].z ^ x[i].w;
+    if (h == 0x12345678u) junk[0] = 1.f;
+}
+
+/* fwd: forward only in the streaming kernel's shape: one block of NT a
+ * row, one read in rounds of 4 chunks a thread (max and W multiply-adds a
+ * logit), one barrier; only rmax is written */
+template <int NT, int W>
+__global__ void __launch_bounds__(NT) k_fwd(const uint4 *x, float *rmax, float *junk, int64_t T,
+                                            int nch) {
+    __shared__ float red[32];
+    const int tid = threadIdx.x;
+    const uint64_t pf = pol_first();
+    for (int64_t r = blockIdx.x; r < T; r += gridDim.x) {
+        const uint4 *row = x + r * nch;
+        __nv_bfloat162 m2 = as2(0xff80ff80u);
+        float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        const int ns = tid < nch ? (nch - 1 - tid) / NT + 1 : 0;
+        int s = 0;
+        for (; s + 4 <= ns; s += 4) {
+            uint4 b[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++) b[u] = ld16(row + tid + (int64_t)(s + u) * NT, pf);
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                max8(m2, b[u]);
+                work8<W>(acc, b[u]);
+            }
+        }
+        for (; s < ns; s++) {
+            uint4 b = ld16(row + tid + (int64_t)s * NT, pf);
+            max8(m2, b);
+            work8<W>(acc, b);
+        }
+        const float m = block_max(fin_max(m2), red);
+        if (tid == 0) rmax[r] = m;
+        if (W) {
+            float a = 0;
+            for (int i = 0; i < 8; i++) a += acc[i];
+            if (a == 12345.f) junk[r] = a;
+        }
+    }
 }
 
 /* p2: pass 2 alone, U loads in flight, REV: chunks in reverse order */
@@ -270,12 +346,20 @@ __global__ void __launch_bounds__(NT, 1024 / NT) k_two(const uint4 *x, uint4 *y,
 }
 
 /* chip: 1024 threads, KS chunks a thread in shared memory (cp.async), KR in
- * registers; persistent over rows r = blockIdx.x + i gridDim.x */
-template <int KS, int KR, bool PF, int W>
+ * registers; persistent over rows r = blockIdx.x + i gridDim.x. Without P3
+ * one pass over the chunks on chip (max, and W multiply-adds a logit), one
+ * barrier, pass 2. P3, the phases of a cross-entropy row: the max (packed,
+ * from the chunks on chip), a barrier; the sums' pass (W multiply-adds a
+ * logit), a second block reduction and one thread's finish (FIN's chain)
+ * with the block waiting; then pass 2. FWD (with P3): forward only, no
+ * pass 2: each slot is refilled with the next row's chunk right after the
+ * sums' pass has used it, and only rmax is written. */
+template <int KS, int KR, bool PF, int W, bool P3, bool FWD>
 __global__ void __launch_bounds__(1024, 1) k_chip(const uint4 *x, uint4 *y, float *rmax,
                                                   float *junk, int64_t T, int nch) {
+    static_assert(!FWD || P3, "forward-only runs the three phases");
     extern __shared__ uint4 stage[]; /* [KS][1024] */
-    __shared__ float red[32];
+    __shared__ float red[34];
     const int NT = 1024, tid = threadIdx.x;
     const uint64_t pl = pol_first();
     uint4 rg[KR > 0 ? KR : 1];
@@ -297,6 +381,7 @@ __global__ void __launch_bounds__(1024, 1) k_chip(const uint4 *x, uint4 *y, floa
     if (r < T) issue(r);
     for (; r < T; r += gridDim.x) {
         const int64_t nx = r + gridDim.x;
+        const uint4 *nrow = x + nx * nch;
         cp_wait_all();
         __nv_bfloat162 m2 = as2(0xff80ff80u);
         float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -306,7 +391,7 @@ __global__ void __launch_bounds__(1024, 1) k_chip(const uint4 *x, uint4 *y, floa
             if (c < nch) {
                 uint4 b = stage[s * NT + tid];
                 max8(m2, b);
-                work8<W>(acc, b);
+                if (!P3) work8<W>(acc, b);
             }
         }
 #pragma unroll
@@ -314,18 +399,40 @@ __global__ void __launch_bounds__(1024, 1) k_chip(const uint4 *x, uint4 *y, floa
             const int c = tid + (KS + s) * NT;
             if (c < nch) {
                 max8(m2, rg[s]);
-                work8<W>(acc, rg[s]);
+                if (!P3) work8<W>(acc, rg[s]);
             }
         }
-        const float m = block_max(fin_max(m2), red);
-        if (tid == 0) rmax[r] = m;
-        if (W) {
+        float m = block_max(fin_max(m2), red);
+        if (P3) {
+#pragma unroll
+            for (int s = 0; s < KS; s++) {
+                const int c = tid + s * NT;
+                if (c < nch) {
+                    work8<W>(acc, stage[s * NT + tid]);
+                    if (FWD && nx < T) cp16(&stage[s * NT + tid], nrow + c);
+                }
+            }
+            if (FWD) cp_commit();
+#pragma unroll
+            for (int s = 0; s < KR; s++) {
+                const int c = tid + (KS + s) * NT;
+                if (c < nch) {
+                    work8<W>(acc, rg[s]);
+                    if (FWD && nx < T) rg[s] = ld16(nrow + c, pl);
+                }
+            }
+            float a = 0;
+            for (int i = 0; i < 8; i++) a += acc[i];
+            a = block_max(a, red); /* the sums' reduction (a barrier) */
+            m = fake_finish(a == 12345.f ? m + 1.f : m, red + 32);
+        } else if (W) {
             float a = 0;
             for (int i = 0; i < 8; i++) a += acc[i];
             if (a == 12345.f) junk[r] = a;
         }
+        if (tid == 0) rmax[r] = m;
+        if (FWD) continue;
         uint4 *out = y + r * nch;
-        const uint4 *nrow = x + nx * nch;
 #pragma unroll
         for (int s = 0; s < KS; s++) {
             const int c = tid + s * NT;
@@ -344,6 +451,91 @@ __global__ void __launch_bounds__(1024, 1) k_chip(const uint4 *x, uint4 *y, floa
             }
         }
         if (!PF && nx < T) issue(nx);
+    }
+}
+
+/* pipe: persistent, BPS blocks a multiprocessor; iteration i runs pass 1
+ * of the block's row i and pass 2 of its row i - 1 in the same loop, in
+ * rounds of R chunks a thread, so that no row boundary empties the memory
+ * pipe: the next round's pass-1 loads (into the next row across the row's
+ * end) and pass-2 loads are issued a round ahead. The first K chunks of a
+ * thread are kept in shared memory (their loads evict_first), the others
+ * re-read from L2 (their pass-1 loads evict_last). */
+template <int NT, int K, int R, int W, bool FIN, int BPS>
+__global__ void __launch_bounds__(NT, BPS) k_pipe(const uint4 *x, uint4 *y, float *rmax,
+                                               float *junk, int64_t T, int nch) {
+    extern __shared__ uint4 stage[]; /* [K][NT] */
+    __shared__ float red[34];
+    const int tid = threadIdx.x;
+    const uint64_t pl = pol_last(), pf = pol_first();
+    const int64_t G = gridDim.x;
+    const int64_t nrows = blockIdx.x < T ? (T - blockIdx.x + G - 1) / G : 0;
+    const int ns = tid < nch ? (nch - 1 - tid) / NT + 1 : 0;
+    const int nr = (nch + NT * R - 1) / (NT * R); /* rounds a row (block-uniform) */
+    uint4 nb[R], na[R];
+    auto ld_b = [&](int64_t r, int j) {
+#pragma unroll
+        for (int u = 0; u < R; u++) {
+            const int s = j * R + u;
+            if (s < ns) nb[u] = ld16(x + r * nch + tid + (int64_t)s * NT, s < K ? pf : pl);
+        }
+    };
+    auto ld_a = [&](int64_t r, int j) {
+#pragma unroll
+        for (int u = 0; u < R; u++) {
+            const int s = j * R + u;
+            if (s >= K && s < ns) na[u] = ld16(x + r * nch + tid + (int64_t)s * NT, pf);
+        }
+    };
+    float mA = 0.f, acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (nrows > 0) ld_b(blockIdx.x, 0);
+    for (int64_t i = 0; i <= nrows; i++) {
+        const bool hasB = i < nrows, hasA = i > 0;
+        const int64_t rB = blockIdx.x + i * G, rA = rB - G;
+        __nv_bfloat162 m2 = as2(0xff80ff80u);
+        if (hasA) ld_a(rA, 0);
+        for (int j = 0; j < nr; j++) {
+            uint4 b[R], a[R];
+#pragma unroll
+            for (int u = 0; u < R; u++) { b[u] = nb[u]; a[u] = na[u]; }
+            if (j + 1 < nr) {
+                if (hasB) ld_b(rB, j + 1);
+                if (hasA) ld_a(rA, j + 1);
+            } else if (i + 1 < nrows) {
+                ld_b(rB + G, 0);
+            }
+            if (hasA) {
+#pragma unroll
+                for (int u = 0; u < R; u++) {
+                    const int s = j * R + u;
+                    if (s < ns) {
+                        const uint4 v = s < K ? stage[s * NT + tid] : a[u];
+                        st16(y + rA * nch + tid + (int64_t)s * NT, sub8(v, mA), pf);
+                    }
+                }
+            }
+            if (hasB) {
+#pragma unroll
+                for (int u = 0; u < R; u++) {
+                    const int s = j * R + u;
+                    if (s < ns) {
+                        if (s < K) stage[s * NT + tid] = b[u];
+                        max8(m2, b[u]);
+                        work8<W>(acc, b[u]);
+                    }
+                }
+            }
+        }
+        if (hasB) {
+            mA = block_max(fin_max(m2), red);
+            if (FIN) mA = fake_finish(mA, red + 32);
+            if (tid == 0) rmax[rB] = mA;
+        }
+    }
+    if (W) {
+        float s = 0;
+        for (int i = 0; i < 8; i++) s += acc[i];
+        if (s == 12345.f) junk[0] = s;
     }
 }
 
@@ -393,7 +585,7 @@ struct Shape {
     int64_t T, V;
 };
 
-static void run_shape(Shape sh, double copy_bw) {
+static void run_shape(Shape sh, double copy_bw, double read_bw) {
     const int64_t T = sh.T, V = sh.V, nch = V / 8, n = T * nch;
     const size_t bytes = (size_t)n * 16;
     uint4 *master, *x, *y, *ref;
@@ -428,12 +620,17 @@ static void run_shape(Shape sh, double copy_bw) {
     k_refmax<<<(int)std::min<int64_t>(T, 1 << 20), 256>>>(master, rref, T, (int)nch);
     k_refy<<<g_sms * 8, 256>>>(master, ref, rref, n, (int)nch);
     CK(cudaDeviceSynchronize());
-    const double floor_ms = 4.0 * T * V / copy_bw * 1e3;
-    printf("\n%lld x %lld bf16: floor 4TV/copy = %.3f ms\n", (long long)T, (long long)V, floor_ms);
+    const double floor_ms = 4.0 * T * V / copy_bw * 1e3, rfloor_ms = 2.0 * T * V / read_bw * 1e3;
+    printf("\n%lld x %lld bf16: floor 4TV/copy = %.3f ms; forward only (rows marked fwd): 2TV/read "
+           "= %.3f ms\n",
+           (long long)T, (long long)V, floor_ms, rfloor_ms);
     printf("| structure | in place | ms | of floor | bits |\n|---|---|---|---|---|\n");
 
     const int chip_grid = (int)std::min<int64_t>(T, g_sms);
-    auto check_run = [&](const char *name, bool inplace, bool is_flat, auto launch) {
+    const int rgrid = (int)std::min<int64_t>(T, 1 << 24);
+    /* kind 0: y compared with the reference; 1: nothing compared (a copy);
+     * 2: forward only, rmax compared, the time against the read floor */
+    auto check_run = [&](const char *name, bool inplace, int kind, auto launch) {
         /* correctness: poison, one call from the master copy, compare */
         CK(cudaMemcpy(x, master, bytes, cudaMemcpyDeviceToDevice));
         uint4 *out = inplace ? x : y;
@@ -444,30 +641,40 @@ static void run_shape(Shape sh, double copy_bw) {
         CK(cudaGetLastError());
         CK(cudaDeviceSynchronize());
         unsigned long long nb = 0;
-        if (!is_flat) {
-            k_cmp<<<g_sms * 8, 256>>>(out, ref, n, bad);
-            CK(cudaMemcpy(&nb, bad, 8, cudaMemcpyDeviceToHost));
-        }
+        if (kind == 0) k_cmp<<<g_sms * 8, 256>>>(out, ref, n, bad);
+        if (kind == 2) k_cmpf<<<g_sms * 8, 256>>>(rmax, rref, T, bad);
+        CK(cudaMemcpy(&nb, bad, 8, cudaMemcpyDeviceToHost));
         CK(cudaMemcpy(x, master, bytes, cudaMemcpyDeviceToDevice));
         double ms = time_ms([&] { launch(x, out); });
-        printf("| %s | %s | %.3f | %.1f%% | %s |\n", name, inplace ? "yes" : "no", ms,
-               100.0 * floor_ms / ms, is_flat ? "-" : (nb ? "DIFFER" : "equal"));
+        printf("| %s%s | %s | %.3f | %.1f%% | %s |\n", kind == 2 ? "fwd: " : "", name,
+               kind == 2 ? "-" : inplace ? "yes" : "no", ms,
+               100.0 * (kind == 2 ? rfloor_ms : floor_ms) / ms,
+               kind == 1 ? "-" : (nb ? "DIFFER" : "equal"));
         if (nb) {
             printf("  %llu mismatching values\n", nb);
             g_bad++;
         }
         fflush(stdout);
     };
-    const int rgrid = (int)std::min<int64_t>(T, 1 << 24);
-    check_run("memcpy (cudaMemcpyAsync)", false, true, [&](uint4 *a, uint4 *b) {
+    check_run("memcpy (cudaMemcpyAsync)", false, 1, [&](uint4 *a, uint4 *b) {
         CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice));
     });
-    check_run("flat, y = x - 1", false, true,
+    check_run("flat, y = x - 1", false, 1,
               [&](uint4 *a, uint4 *b) { k_flat<<<g_sms * 8, 256>>>(a, b, n); });
-    check_run("flat, y = x - 1", true, true,
+    check_run("flat, y = x - 1", true, 1,
               [&](uint4 *a, uint4 *b) { k_flat<<<g_sms * 8, 256>>>(a, b, n); });
+    check_run("read (grid-stride)", true, 1, [&](uint4 *a, uint4 *) {
+        k_read<<<g_sms * 8, 256>>>(a, n, junk);
+    });
+#define FWD(NT, W)                                                                          \
+    check_run("one read, " #NT " thr a row (the streaming forward), W " #W, true, 2,          \
+              [&](uint4 *a, uint4 *) { k_fwd<NT, W><<<rgrid, NT>>>(a, rmax, junk, T, (int)nch); })
+    FWD(256, 0);
+    FWD(256, 8);
+    FWD(512, 8);
+#undef FWD
 #define P2(U, REV, IP)                                                                      \
-    check_run("p2 (m given), 256 thr, " #U " loads, rev " #REV, IP, false,                  \
+    check_run("p2 (m given), 256 thr, " #U " loads, rev " #REV, IP, 0,                      \
               [&](uint4 *a, uint4 *b) { k_p2<U, REV><<<rgrid, 256>>>(a, b, rref, T, (int)nch); })
     P2(4, false, false);
     P2(4, true, false);
@@ -479,7 +686,7 @@ static void run_shape(Shape sh, double copy_bw) {
     do {                                                                                    \
         set_two<NT, W, FIN>(K);                                                             \
         check_run("two, " #NT " thr, K " #K " (" #K "x16x" #NT " B kept), W " #W ", FIN " #FIN, \
-                  IP, false, [&](uint4 *a, uint4 *b) {                                      \
+                  IP, 0, [&](uint4 *a, uint4 *b) {                                          \
                       k_two<NT, W, FIN><<<rgrid, NT, K * NT * 16>>>(a, b, rmax, junk, T,    \
                                                                     (int)nch, K);           \
                   });                                                                       \
@@ -499,26 +706,48 @@ static void run_shape(Shape sh, double copy_bw) {
     TWO(512, 6, 8, true, true);
     TWO(1024, 13, 8, true, true);
 #undef TWO
-#define CHIP(KS, KR, PF, W)                                                                  \
+#define PIPE(NT, K, R, W, FIN, BPS)                                                         \
     do {                                                                                    \
-        CK(cudaFuncSetAttribute(k_chip<KS, KR, PF, W>,                                      \
+        CK(cudaFuncSetAttribute(k_pipe<NT, K, R, W, FIN, BPS>,                                   \
+                                cudaFuncAttributeMaxDynamicSharedMemorySize, K * NT * 16)); \
+        check_run("pipe, " #NT " thr x " #BPS " a SM, K " #K ", rounds of " #R ", W " #W      \
+                  ", FIN " #FIN, true, 0, [&](uint4 *a, uint4 *b) {                         \
+                      k_pipe<NT, K, R, W, FIN, BPS><<<(int)std::min<int64_t>(T, g_sms * BPS), NT, \
+                                                 K * NT * 16>>>(a, b, rmax, junk, T, (int)nch); \
+                  });                                                                       \
+    } while (0)
+    PIPE(512, 27, 4, 0, false, 1);
+    PIPE(512, 13, 2, 0, false, 2);
+    PIPE(1024, 13, 2, 0, false, 1);
+    PIPE(512, 27, 4, 8, true, 1);
+    PIPE(512, 13, 2, 8, true, 2);
+    PIPE(1024, 13, 2, 8, true, 1);
+    PIPE(256, 6, 2, 8, true, 4);
+#undef PIPE
+#define CHIP(KS, KR, PF, W, P3, FWD)                                                        \
+    do {                                                                                    \
+        CK(cudaFuncSetAttribute(k_chip<KS, KR, PF, W, P3, FWD>,                             \
                                 cudaFuncAttributeMaxDynamicSharedMemorySize, KS * 1024 * 16)); \
-        check_run("chip, 1024 thr, " #KS " smem + " #KR " reg chunks, PF " #PF ", W " #W,     \
-                  true, false, [&](uint4 *a, uint4 *b) {                                    \
-                      k_chip<KS, KR, PF, W><<<chip_grid, 1024, KS * 1024 * 16>>>(           \
+        check_run("chip, 1024 thr, " #KS " smem + " #KR " reg chunks, PF " #PF ", W " #W      \
+                  ", P3 " #P3, true, FWD ? 2 : 0, [&](uint4 *a, uint4 *b) {                 \
+                      k_chip<KS, KR, PF, W, P3, FWD><<<chip_grid, 1024, KS * 1024 * 16>>>(  \
                           a, b, rmax, junk, T, (int)nch);                                   \
                   });                                                                       \
     } while (0)
     if (nch <= 16 * 1024) {
-        CHIP(14, 2, false, 0);
-        CHIP(14, 2, true, 0);
-        CHIP(14, 2, true, 4);
-        CHIP(14, 2, true, 8);
+        CHIP(14, 2, false, 0, false, false);
+        CHIP(14, 2, true, 0, false, false);
+        CHIP(14, 2, true, 8, false, false);
+        CHIP(14, 2, true, 8, true, false);
+        CHIP(14, 2, true, 12, true, false);
+        CHIP(14, 2, true, 8, true, true);
+        CHIP(14, 2, true, 12, true, true);
     } else if (nch <= 19 * 1024) {
-        CHIP(14, 5, false, 0);
-        CHIP(14, 5, true, 0);
-        CHIP(14, 5, true, 4);
-        CHIP(14, 5, true, 8);
+        CHIP(14, 5, false, 0, false, false);
+        CHIP(14, 5, true, 0, false, false);
+        CHIP(14, 5, true, 8, false, false);
+        CHIP(14, 5, true, 8, true, false);
+        CHIP(14, 5, true, 8, true, true);
     }
 #undef CHIP
     CK(cudaFree(master));
@@ -542,10 +771,16 @@ int main(int argc, char **argv) {
     CK(cudaMemset(a, 1, cb));
     const double ms = time_ms([&] { CK(cudaMemcpyAsync(b, a, cb, cudaMemcpyDeviceToDevice)); }, 10, 2);
     const double copy_bw = 2.0 * cb / (ms * 1e-3);
+    float *jk;
+    CK(cudaMalloc(&jk, 4));
+    const double rms = time_ms([&] { k_read<<<g_sms * 8, 256>>>((const uint4 *)a, cb / 16, jk); }, 10, 2);
+    const double read_bw = cb / (rms * 1e-3);
+    CK(cudaFree(jk));
     CK(cudaFree(a));
     CK(cudaFree(b));
-    printf("device %s, %d SMs, L2 %d MB; copy bandwidth %.3f TB/s (read + write)\n", p.name,
-           g_sms, p.l2CacheSize >> 20, copy_bw / 1e12);
+    printf("device %s, %d SMs, L2 %d MB; copy bandwidth %.3f TB/s (read + write), read "
+           "bandwidth %.3f TB/s\n",
+           p.name, g_sms, p.l2CacheSize >> 20, copy_bw / 1e12, read_bw / 1e12);
     std::vector<Shape> shapes;
     for (int i = 1; i + 1 < argc; i += 2) shapes.push_back({atoll(argv[i]), atoll(argv[i + 1])});
     if (shapes.empty()) shapes = {{16384, 128256}, {8192, 151936}};
@@ -554,7 +789,7 @@ int main(int argc, char **argv) {
             fprintf(stderr, "V must be a multiple of 8 (got %lld)\n", (long long)s.V);
             return 2;
         }
-        run_shape(s, copy_bw);
+        run_shape(s, copy_bw, read_bw);
     }
     if (g_bad) fprintf(stderr, "%d kernels differ from the reference\n", g_bad);
     return g_bad ? 1 : 0;

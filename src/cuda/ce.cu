@@ -364,6 +364,26 @@ __device__ __forceinline__ void xc_plain_round(xc_acc &a, const uint4 (&b)[XC_UN
     }
 }
 
+/* The sums of a round with whole chunks and none holding the target,
+ * where this lane holds only its first nu (< XC_UNROLL) chunks: a row's
+ * last round. Always the TIES form, which gives the same sums as the
+ * other when no column equals the running max (xc_plain_round); the same
+ * lanes and order as the careful path of xc_pass1, so the same bits. */
+template <class In, bool EXTRA>
+__device__ __forceinline__ void xc_part_round(xc_acc &a, const uint4 (&b)[XC_UNROLL][In::VECS],
+                                              int nu, float c2, float c2lo) {
+#pragma unroll
+    for (int u = 0; u < XC_UNROLL; u++) {
+        if (u >= nu) break;
+        float z[8];
+        In::unpack(b[u], z);
+        if (EXTRA)
+#pragma unroll
+            for (int i = 0; i < 8; i++) a.ZS += (double)z[i];
+        xc_fast_sum8<EXTRA, In::WIDE, true>(a, z, c2, c2lo);
+    }
+}
+
 /* Pass 1 over row `row` for this thread. The loop runs warp by warp: a
  * round loads XC_UNROLL chunks per lane, takes the warp's max over them
  * and rebases (warp-uniformly) before summing, so the rare rebase never
@@ -389,7 +409,8 @@ __device__ __forceinline__ void xc_pass1(const xc_params &k, xc_acc &a,
     for (int c0 = tid - lane; c0 < nfull; c0 += XC_UNROLL * NT, k0 += XC_UNROLL) {
         /* A plain round (warp-uniform): every lane's chunks are whole and
          * none holds the target */
-        const bool plain = !PRECISE && c0 + (XC_UNROLL - 1) * NT + 31 < nfull && k0 != tk0;
+        const bool full = c0 + (XC_UNROLL - 1) * NT + 31 < nfull;
+        const bool plain = !PRECISE && full && k0 != tk0;
         uint4 b[XC_UNROLL][In::VECS];
         xc_load_round<In, VEC, HINT>(row, c0 + lane, NT, nfull, plain, form, pol, b);
         /* keep the first kcap chunks of this thread on chip for pass 2 */
@@ -418,6 +439,30 @@ __device__ __forceinline__ void xc_pass1(const xc_params &k, xc_acc &a,
                     xc_plain_round<In, EXTRA, true>(a, b, c2, c2lo);
                 else
                     xc_plain_round<In, EXTRA, false>(a, b, c2, c2lo);
+                xc_flush_lanes<EXTRA>(k, a);
+                continue;
+            }
+        } else if (HINT && !PRECISE && k0 != tk0) {
+            /* with a gradient, the row's last round (whole chunks, none the
+             * target; this lane holds its first nu): the careful loop's
+             * max, rebase and sums below without its tests per chunk, so
+             * the same bits; forward + backward 0.5-1.5% faster, forward
+             * only (its build has no HINT) 2% slower at V = 32000 and no
+             * faster elsewhere, though the careful loop took 12% of its
+             * instructions at V = 128256 (bench/RESULTS.md, 2026-12-02
+             * 16:02-16:31 UTC) */
+            const int left = nfull - (c0 + lane);
+            const int nu = left <= 0 ? 0 : left >= XC_UNROLL * NT ? XC_UNROLL : (left + NT - 1) / NT;
+            float lm = -INFINITY;
+#pragma unroll
+            for (int u = 0; u < XC_UNROLL; u++)
+                if (u < nu) lm = fmaxf(lm, In::max8(b[u]));
+            float wm = lm;
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) wm = fmaxf(wm, __shfl_xor_sync(0xFFFFFFFFu, wm, o));
+            if (wm > a.m) xc_rebase<PRECISE, EXTRA>(k, a, wm);
+            if (isfinite(a.m)) {
+                xc_part_round<In, EXTRA>(a, b, nu, c2, c2lo);
                 xc_flush_lanes<EXTRA>(k, a);
                 continue;
             }
