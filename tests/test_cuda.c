@@ -832,6 +832,9 @@ TEST(cuda_shards_vs_cpu) {
 static void batch_invariance(const char *plan, const char *block, int64_t V) {
     if (plan) setenv("XENT_CUDA_CLUSTER", plan, 1);
     if (block) setenv("XENT_CUDA_BLOCK", block, 1);
+    char who[80]; /* names the launch setting in the messages */
+    snprintf(who, sizeof who, "plan %s, block %s, V=%lld", plan ? plan : "default",
+             block ? block : "default", (long long)V);
     const int64_t Ts[] = {1, 5, 64};
     xt_rng_t *r = xt_rng();
     uint16_t *row = malloc(V * 2);
@@ -886,8 +889,8 @@ static void batch_invariance(const char *plan, const char *block, int64_t V) {
             host_copy(&w[0], dnll + pos, 4);
             host_copy(&w[1], dlse + pos, 4);
             host_copy(&w[2], dent + pos, 4);
-            CHECK(!memcmp(v, w, sizeof v), "plan %s T=%lld ld=%lld: outputs without a gradient "
-                  "differ bitwise (nll %.9g / %.9g)", plan ? plan : "default", (long long)T,
+            CHECK(!memcmp(v, w, sizeof v), "%s, T=%lld ld=%lld: outputs without a gradient "
+                  "differ bitwise (nll %.9g / %.9g)", who, (long long)T,
                   (long long)ld, (double)v[0], (double)w[0]);
             /* without entropy either: each row's 16-byte statistics, whose
              * scratch the reduction's per-row values then share */
@@ -904,17 +907,17 @@ static void batch_invariance(const char *plan, const char *block, int64_t V) {
             host_copy(&cnt_s, dcnt, 8);
             CHECK(!memcmp(v, w, 2 * sizeof v[0]) && !memcmp(&loss_g, &loss_s, 4) &&
                       cnt_g == cnt_s,
-                  "plan %s T=%lld ld=%lld: outputs without a gradient and entropy differ "
+                  "%s, T=%lld ld=%lld: outputs without a gradient and entropy differ "
                   "bitwise (nll %.9g / %.9g, loss %.9g / %.9g, counted %lld / %lld)",
-                  plan ? plan : "default", (long long)T, (long long)ld, (double)v[0],
+                  who, (long long)T, (long long)ld, (double)v[0],
                   (double)w[0], (double)loss_g, (double)loss_s, (long long)cnt_g,
                   (long long)cnt_s);
             cudaMemset(dnll, 0xFF, T * 4);
             CHECK(xent_cuda_logprobs(&gi, &o, dnll, NULL, NULL) == XENT_OK, "gpu logprobs: %s",
                   xent_last_error());
             host_copy(&lpw[0], dnll + pos, 4);
-            CHECK(!memcmp(&lpw[0], &(float){-v[0] + 0.0f}, 4), "plan %s T=%lld ld=%lld: "
-                  "xent_cuda_logprobs without entropy differs bitwise", plan ? plan : "default",
+            CHECK(!memcmp(&lpw[0], &(float){-v[0] + 0.0f}, 4), "%s, T=%lld ld=%lld: "
+                  "xent_cuda_logprobs without entropy differs bitwise", who,
                   (long long)T, (long long)ld);
             cudaMemset(dnll, 0xFF, T * 4);
             cudaMemset(dent, 0xFF, T * 4);
@@ -923,18 +926,18 @@ static void batch_invariance(const char *plan, const char *block, int64_t V) {
             host_copy(&lpw[0], dnll + pos, 4);
             host_copy(&lpw[1], dent + pos, 4);
             const float lpv[2] = {-v[0] + 0.0f, v[2]};
-            CHECK(!memcmp(lpv, lpw, sizeof lpv), "plan %s T=%lld ld=%lld: xent_cuda_logprobs "
-                  "differs bitwise (logprob %.9g / %.9g)", plan ? plan : "default", (long long)T,
+            CHECK(!memcmp(lpv, lpw, sizeof lpv), "%s, T=%lld ld=%lld: xent_cuda_logprobs "
+                  "differs bitwise (logprob %.9g / %.9g)", who, (long long)T,
                   (long long)ld, (double)lpv[0], (double)lpw[0]);
             if (!have) {
                 memcpy(ref, v, sizeof v);
                 memcpy(gref, grow, V * 2);
                 have = 1;
             } else {
-                CHECK(!memcmp(ref, v, sizeof v), "plan %s T=%lld ld=%lld: row outputs differ bitwise",
-                      plan ? plan : "default", (long long)T, (long long)ld);
-                CHECK(!memcmp(gref, grow, V * 2), "plan %s T=%lld ld=%lld: gradient row differs bitwise",
-                      plan ? plan : "default", (long long)T, (long long)ld);
+                CHECK(!memcmp(ref, v, sizeof v), "%s, T=%lld ld=%lld: row outputs differ bitwise",
+                      who, (long long)T, (long long)ld);
+                CHECK(!memcmp(gref, grow, V * 2), "%s, T=%lld ld=%lld: gradient row differs bitwise",
+                      who, (long long)T, (long long)ld);
             }
             cudaFree(dl); cudaFree(dlab); cudaFree(dnll); cudaFree(dlse); cudaFree(dent);
             cudaFree(dloss); cudaFree(dcnt); cudaFree(dg);

@@ -389,7 +389,8 @@ __device__ __forceinline__ void xc_part_round(xc_acc &a, const uint4 (&b)[XC_UNR
  * and rebases (warp-uniformly) before summing, so the rare rebase never
  * diverges within a warp. Chunk c still belongs to thread c % NT and is
  * summed in ascending order. Plain rounds (most of a row) skip the tests
- * per chunk and give the same sums. HINT: keep the row in L2 for pass 2.
+ * per chunk and give the same sums; with a gradient (HINT) so does the
+ * row's last round, whole chunks but fewer in some lanes. HINT: keep the row in L2 for pass 2.
  * form, VEC: how the row is loaded (xc_load_round); the first kcap chunks
  * of this thread are kept in shared memory (stage) when VEC. */
 template <class In, bool PRECISE, bool EXTRA, bool VEC, bool HINT>
