@@ -348,20 +348,25 @@ __device__ __forceinline__ void xc_load_round(const typename In::raw *row, int c
     }
 }
 
+/* The sums of one whole chunk, not the target's, against a finite running
+ * max (TIES: some column may equal it). */
+template <class In, bool EXTRA, bool TIES>
+__device__ __forceinline__ void xc_chunk_sums(xc_acc &a, const uint4 *v, float c2, float c2lo) {
+    float z[8];
+    In::unpack(v, z);
+    if (EXTRA)
+#pragma unroll
+        for (int i = 0; i < 8; i++) a.ZS += (double)z[i];
+    xc_fast_sum8<EXTRA, In::WIDE, TIES>(a, z, c2, c2lo);
+}
+
 /* The sums of a plain round: XC_UNROLL whole chunks, none holding the
- * target, against a finite running max (TIES: some column may equal it). */
+ * target. */
 template <class In, bool EXTRA, bool TIES>
 __device__ __forceinline__ void xc_plain_round(xc_acc &a, const uint4 (&b)[XC_UNROLL][In::VECS],
                                                float c2, float c2lo) {
 #pragma unroll
-    for (int u = 0; u < XC_UNROLL; u++) {
-        float z[8];
-        In::unpack(b[u], z);
-        if (EXTRA)
-#pragma unroll
-            for (int i = 0; i < 8; i++) a.ZS += (double)z[i];
-        xc_fast_sum8<EXTRA, In::WIDE, TIES>(a, z, c2, c2lo);
-    }
+    for (int u = 0; u < XC_UNROLL; u++) xc_chunk_sums<In, EXTRA, TIES>(a, b[u], c2, c2lo);
 }
 
 /* The sums of a round with whole chunks and none holding the target,
@@ -375,12 +380,7 @@ __device__ __forceinline__ void xc_part_round(xc_acc &a, const uint4 (&b)[XC_UNR
 #pragma unroll
     for (int u = 0; u < XC_UNROLL; u++) {
         if (u >= nu) break;
-        float z[8];
-        In::unpack(b[u], z);
-        if (EXTRA)
-#pragma unroll
-            for (int i = 0; i < 8; i++) a.ZS += (double)z[i];
-        xc_fast_sum8<EXTRA, In::WIDE, true>(a, z, c2, c2lo);
+        xc_chunk_sums<In, EXTRA, true>(a, b[u], c2, c2lo);
     }
 }
 
