@@ -390,9 +390,10 @@ __device__ __forceinline__ void xc_part_round(xc_acc &a, const uint4 (&b)[XC_UNR
  * diverges within a warp. Chunk c still belongs to thread c % NT and is
  * summed in ascending order. Plain rounds (most of a row) skip the tests
  * per chunk and give the same sums; with a gradient (HINT) so does the
- * row's last round, whole chunks but fewer in some lanes. HINT: keep the row in L2 for pass 2.
- * form, VEC: how the row is loaded (xc_load_round); the first kcap chunks
- * of this thread are kept in shared memory (stage) when VEC. */
+ * row's last round, whole chunks but fewer in some lanes. HINT: keep the
+ * row in L2 for pass 2. form, VEC: how the row is loaded (xc_load_round);
+ * the first kcap chunks of this thread are kept in shared memory (stage)
+ * when VEC. */
 template <class In, bool PRECISE, bool EXTRA, bool VEC, bool HINT>
 __device__ __forceinline__ void xc_pass1(const xc_params &k, xc_acc &a,
                                          const typename In::raw *row, int64_t tl,
@@ -447,11 +448,11 @@ __device__ __forceinline__ void xc_pass1(const xc_params &k, xc_acc &a,
             /* with a gradient, the row's last round (whole chunks, none the
              * target; this lane holds its first nu): the careful loop's
              * max, rebase and sums below without its tests per chunk, so
-             * the same bits; forward + backward 0.5-1.5% faster, forward
-             * only (its build has no HINT) 2% slower at V = 32000 and no
-             * faster elsewhere, though the careful loop took 12% of its
-             * instructions at V = 128256 (bench/RESULTS.md, 2026-12-02
-             * 16:02-16:31 UTC) */
+             * the same bits; forward + backward 0.5-1.3% faster in place,
+             * forward only (its build has no HINT) 2% slower at V = 32000
+             * and no faster elsewhere, though the careful loop took 12% of
+             * its instructions at V = 128256 (bench/RESULTS.md, 2026-12-02
+             * 16:02-16:37 UTC) */
             const int left = nfull - (c0 + lane);
             const int nu = left <= 0 ? 0 : left >= XC_UNROLL * NT ? XC_UNROLL : (left + NT - 1) / NT;
             float lm = -INFINITY;
