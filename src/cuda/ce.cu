@@ -454,7 +454,9 @@ __device__ __forceinline__ void xc_pass1(const xc_params &k, xc_acc &a,
              * its instructions at V = 128256 (bench/RESULTS.md, 2026-12-02
              * 16:02-16:37 UTC) */
             const int left = nfull - (c0 + lane);
-            const int nu = left <= 0 ? 0 : left >= XC_UNROLL * NT ? XC_UNROLL : (left + NT - 1) / NT;
+            const int nu = left <= 0                ? 0
+                           : left >= XC_UNROLL * NT ? XC_UNROLL
+                                                    : (left + NT - 1) / NT;
             float lm = -INFINITY;
 #pragma unroll
             for (int u = 0; u < XC_UNROLL; u++)
