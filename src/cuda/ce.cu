@@ -432,9 +432,7 @@ __device__ __forceinline__ void xc_pass1(const xc_params &k, xc_acc &a,
              * of the round is at the max. The terms are those of the loop
              * below, in the same lanes and order (+-inf maxima: below) */
             const float lm = xc_round_max<In, XC_UNROLL>(b);
-            float wm = lm;
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) wm = fmaxf(wm, __shfl_xor_sync(0xFFFFFFFFu, wm, o));
+            const float wm = xc_warp_max(lm);
             if (wm > a.m) xc_rebase<PRECISE, EXTRA>(k, a, wm);
             if (isfinite(a.m)) {
                 if (__any_sync(0xFFFFFFFFu, lm == a.m))
@@ -461,9 +459,7 @@ __device__ __forceinline__ void xc_pass1(const xc_params &k, xc_acc &a,
 #pragma unroll
             for (int u = 0; u < XC_UNROLL; u++)
                 if (u < nu) lm = fmaxf(lm, In::max8(b[u]));
-            float wm = lm;
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) wm = fmaxf(wm, __shfl_xor_sync(0xFFFFFFFFu, wm, o));
+            const float wm = xc_warp_max(lm);
             if (wm > a.m) xc_rebase<PRECISE, EXTRA>(k, a, wm);
             if (isfinite(a.m)) {
                 xc_part_round<In, EXTRA>(a, b, nu, c2, c2lo);
@@ -487,8 +483,7 @@ __device__ __forceinline__ void xc_pass1(const xc_params &k, xc_acc &a,
                 wm = fmaxf(wm, cmax[u]);
             }
         }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) wm = fmaxf(wm, __shfl_xor_sync(0xFFFFFFFFu, wm, o));
+        wm = xc_warp_max(wm);
         if (wm > a.m) xc_rebase<PRECISE, EXTRA>(k, a, wm);
 #pragma unroll
         for (int u = 0; u < XC_UNROLL; u++) {

@@ -388,18 +388,21 @@ __device__ __forceinline__ double xc_dexp(double x) {
 /* Every thread of the block must call them; all get the result.        */
 /* ------------------------------------------------------------------ */
 
-__device__ __forceinline__ float xc_block_max(float v, float *sh /* [32] */) {
+/* The max over the warp's 32 lanes (butterfly: every lane gets it). */
+__device__ __forceinline__ float xc_warp_max(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
+    return v;
+}
+
+__device__ __forceinline__ float xc_block_max(float v, float *sh /* [32] */) {
+    v = xc_warp_max(v);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int nw = (blockDim.x + 31) >> 5;
     __syncthreads(); /* sh may still be read by a previous reduction */
     if (lane == 0) sh[warp] = v;
     __syncthreads();
-    float r = lane < nw ? sh[lane] : -INFINITY;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) r = fmaxf(r, __shfl_xor_sync(0xFFFFFFFFu, r, o));
-    return r;
+    return xc_warp_max(lane < nw ? sh[lane] : -INFINITY);
 }
 
 /* Sums the first N (<= 4) of four doubles over the block; the association
