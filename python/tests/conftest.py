@@ -19,6 +19,11 @@ def pytest_report_header(config):
     return "xent test seed: XENT_TEST_SEED=%d" % SEED
 
 
+def pytest_terminal_summary(terminalreporter):
+    """The seed again at the end, where -q runs (make test's) show it."""
+    terminalreporter.write_line("xent test seed: XENT_TEST_SEED=%d" % SEED)
+
+
 @pytest.fixture
 def rng(request):
     """A generator seeded from the run seed and the test's name, so each
