@@ -141,6 +141,43 @@ __device__ __forceinline__ float block_max(float m, float *red) {
     return m;
 }
 
+/* Pass 1 of a row for this thread: its chunks tid + s NT in rounds of 4
+ * loads (L2 policy pol), the max into m2 and W multiply-adds a logit into
+ * acc; its first K chunks kept in stage ([K][NT]; K = 0: none) */
+template <int NT, int W>
+__device__ __forceinline__ void pass1_row(const uint4 *row, int nch, uint64_t pol, uint4 *stage,
+                                          int K, __nv_bfloat162 &m2, float (&acc)[8]) {
+    const int tid = threadIdx.x;
+    const int ns = tid < nch ? (nch - 1 - tid) / NT + 1 : 0;
+    int s = 0;
+    for (; s + 4 <= ns; s += 4) {
+        uint4 b[4];
+#pragma unroll
+        for (int u = 0; u < 4; u++) b[u] = ld16(row + tid + (int64_t)(s + u) * NT, pol);
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            if (s + u < K) stage[(s + u) * NT + tid] = b[u];
+            max8(m2, b[u]);
+            work8<W>(acc, b[u]);
+        }
+    }
+    for (; s < ns; s++) {
+        uint4 b = ld16(row + tid + (int64_t)s * NT, pol);
+        if (s < K) stage[s * NT + tid] = b;
+        max8(m2, b);
+        work8<W>(acc, b);
+    }
+}
+/* keeps W's multiply-adds from being optimized away (never stores) */
+template <int W>
+__device__ __forceinline__ void keep_work(const float (&acc)[8], float *junk) {
+    if (W) {
+        float a = 0;
+        for (int i = 0; i < 8; i++) a += acc[i];
+        if (a == 12345.f) *junk = a;
+    }
+}
+
 /* ---- kernels ------------------------------------------------------------ */
 
 /* reference: the row max (one block a row, plain loop) and y */
@@ -220,30 +257,10 @@ __global__ void __launch_bounds__(NT) k_fwd(const uint4 *x, float *rmax, float *
         const uint4 *row = x + r * nch;
         __nv_bfloat162 m2 = as2(0xff80ff80u);
         float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        const int ns = tid < nch ? (nch - 1 - tid) / NT + 1 : 0;
-        int s = 0;
-        for (; s + 4 <= ns; s += 4) {
-            uint4 b[4];
-#pragma unroll
-            for (int u = 0; u < 4; u++) b[u] = ld16(row + tid + (int64_t)(s + u) * NT, pf);
-#pragma unroll
-            for (int u = 0; u < 4; u++) {
-                max8(m2, b[u]);
-                work8<W>(acc, b[u]);
-            }
-        }
-        for (; s < ns; s++) {
-            uint4 b = ld16(row + tid + (int64_t)s * NT, pf);
-            max8(m2, b);
-            work8<W>(acc, b);
-        }
+        pass1_row<NT, W>(row, nch, pf, nullptr, 0, m2, acc);
         const float m = block_max(fin_max(m2), red);
         if (tid == 0) rmax[r] = m;
-        if (W) {
-            float a = 0;
-            for (int i = 0; i < 8; i++) a += acc[i];
-            if (a == 12345.f) junk[r] = a;
-        }
+        keep_work<W>(acc, junk + r);
     }
 }
 
@@ -301,33 +318,12 @@ __global__ void __launch_bounds__(NT, 1024 / NT) k_two(const uint4 *x, uint4 *y,
         uint4 *out = y + r * nch;
         __nv_bfloat162 m2 = as2(0xff80ff80u);
         float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        pass1_row<NT, W>(row, nch, pl, stage, K, m2, acc);
         const int ns = tid < nch ? (nch - 1 - tid) / NT + 1 : 0;
-        int s = 0;
-        for (; s + 4 <= ns; s += 4) {
-            uint4 b[4];
-#pragma unroll
-            for (int u = 0; u < 4; u++) b[u] = ld16(row + tid + (int64_t)(s + u) * NT, pl);
-#pragma unroll
-            for (int u = 0; u < 4; u++) {
-                if (s + u < K) stage[(s + u) * NT + tid] = b[u];
-                max8(m2, b[u]);
-                work8<W>(acc, b[u]);
-            }
-        }
-        for (; s < ns; s++) {
-            uint4 b = ld16(row + tid + (int64_t)s * NT, pl);
-            if (s < K) stage[s * NT + tid] = b;
-            max8(m2, b);
-            work8<W>(acc, b);
-        }
         float m = block_max(fin_max(m2), red);
         if (FIN) m = fake_finish(m, red + 32);
         if (tid == 0) rmax[r] = m;
-        if (W) {
-            float a = 0;
-            for (int i = 0; i < 8; i++) a += acc[i];
-            if (a == 12345.f) junk[r] = a; /* keeps the work */
-        }
+        keep_work<W>(acc, junk + r);
         for (int s0 = ns - 1; s0 >= 0; s0 -= 4) {
             uint4 b[4];
 #pragma unroll
@@ -425,10 +421,8 @@ __global__ void __launch_bounds__(1024, 1) k_chip(const uint4 *x, uint4 *y, floa
             for (int i = 0; i < 8; i++) a += acc[i];
             a = block_max(a, red); /* the sums' reduction (a barrier) */
             m = fake_finish(a == 12345.f ? m + 1.f : m, red + 32);
-        } else if (W) {
-            float a = 0;
-            for (int i = 0; i < 8; i++) a += acc[i];
-            if (a == 12345.f) junk[r] = a;
+        } else {
+            keep_work<W>(acc, junk + r);
         }
         if (tid == 0) rmax[r] = m;
         if (FWD) continue;
@@ -532,11 +526,7 @@ __global__ void __launch_bounds__(NT, BPS) k_pipe(const uint4 *x, uint4 *y, floa
             if (tid == 0) rmax[rB] = mA;
         }
     }
-    if (W) {
-        float s = 0;
-        for (int i = 0; i < 8; i++) s += acc[i];
-        if (s == 12345.f) junk[0] = s;
-    }
+    keep_work<W>(acc, junk);
 }
 
 /* ---- host ---------------------------------------------------------------- */
