@@ -474,6 +474,90 @@ static void dominant_rows(const ccase *c, cinputs *in) {
     }
 }
 
+/* Rows for the loose form of pass 1 (src/cuda/ce.cu, xc_loose_ref: calls
+ * without entropy or smoothing), whose threads sum against references of
+ * their own: pattern t % 5 of row t. head = the first 8192 columns (every
+ * thread's first round at V >= 8192, up to 256 threads a row). Patterns 0
+ * and 1 are worst cases of z - r rounding on the row's largest term, which
+ * the reference's rules exclude (without them, nll is about 8 ulp off at
+ * temperature 1): the target 2 nats above the largest other column j1,
+ * which dominates S, and
+ * 0: every column -20 (references at -20) but j1 = 1.5 2^-19: without the
+ *    limit -cut, 20 + 1.5 2^-19 rounds by 2^-20;
+ * 1: the head 1.5 2^-19 (tiny references), j1 = 20, the rest -20: without
+ *    r = 0, 20 - 1.5 2^-19 rounds by 2^-20;
+ * 2: the head at -100, the rest near +50 (a rebase from far below);
+ * 3: the head at -28 to -40, the rest tiny (|z| < 2^-18) or as the head,
+ *    the target among the tiny columns;
+ * 4: dominant_rows' pattern (one column dominates S - 1). */
+static void loose_rows(const ccase *c, cinputs *in) {
+    xt_rng_t *r = xt_rng();
+    const int64_t head = c->V < 16384 ? c->V / 2 : 8192;
+    const float tiny1 = 1.5f * 0x1p-19f;
+    for (int64_t t = 0; t < c->T; t++) {
+        uint16_t *row = (uint16_t *)in->logits + t * c->ld;
+        const int pat = (int)(t % 5);
+        int64_t lab = xt_randint(r, c->V);
+        const int64_t j1 = head + xt_randint(r, c->V - head);
+        if (pat < 2 && lab == j1) lab = j1 == head ? j1 + 1 : j1 - 1;
+        for (int64_t j = 0; j < c->V; j++) {
+            const float u = (float)xt_uniform(r);
+            const int tiny = xt_uniform(r) < 0.3;
+            const float tv = (u - 0.5f) * 0x1p-17f;
+            float f;
+            if (pat == 0) f = -20.f;
+            else if (pat == 1) f = j < head ? tiny1 : -20.f;
+            else if (pat == 2) f = j < head ? -100.f - u : 40.f + 10.f * u;
+            else if (pat == 3) f = j < head || !tiny ? -28.f - 12.f * u : tv;
+            else f = -60.f;
+            row[j] = to_dt16(f, c->dt);
+        }
+        if (pat == 0) { row[j1] = to_dt16(tiny1, c->dt); row[lab] = to_dt16(2.f, c->dt); }
+        if (pat == 1) { row[j1] = to_dt16(20.f, c->dt); row[lab] = to_dt16(22.f, c->dt); }
+        if (pat == 3) {
+            lab = head + xt_randint(r, c->V - head);
+            row[lab] = to_dt16((float)(xt_uniform(r) - 0.5) * 0x1p-17f, c->dt);
+        }
+        if (pat == 4) {
+            const int64_t k1 = (lab + 1 + xt_randint(r, c->V - 1)) % c->V;
+            row[lab] = to_dt16(0.f, c->dt);
+            row[k1] = to_dt16(-(float)(0.25 + 16.75 * xt_uniform(r)), c->dt);
+        }
+        in->lab64[t] = lab;
+        in->lab32[t] = (int32_t)lab;
+    }
+}
+
+/* The loose pass 1 on the rows of loose_rows, without entropy (the form
+ * under test), bf16 and f16, with and without a gradient, at temperatures
+ * 1, 50 and 0.5 (the threshold and the cut scale with it), in the
+ * streaming kernel's blocks of 96 and 256 threads, against the CPU. */
+TEST(cuda_loose_reference_vs_cpu) {
+    if (!gpu_ready()) return;
+    const int64_t Vs[] = {40000, 128256};
+    const double taus[] = {1.0, 50.0, 0.5};
+    char what[160];
+    for (int d = 0; d < 2; d++)
+        for (int v = 0; v < 2; v++)
+            for (int ti = 0; ti < 3; ti++)
+                for (int g = 0; g < 2; g++) {
+                    const xent_dtype dt = d ? XENT_F16 : XENT_BF16;
+                    ccase c = base_case(dt, g ? dt : XENT_DTYPE_COUNT, xt_sanitizer() ? 5 : 15,
+                                        Vs[v]);
+                    c.entropy = 0;
+                    c.o.temperature = taus[ti];
+                    cinputs in;
+                    fill_inputs(&c, &in);
+                    loose_rows(&c, &in);
+                    snprintf(what, sizeof what, "loose %s V=%lld tau %g%s", xent_dtype_name(dt),
+                             (long long)c.V, taus[ti], g ? " grad" : "");
+                    check_case_in(what, &c, &in);
+                    free_inputs(&in);
+                    CHECK_LIMIT(10);
+                }
+    printf("    worst forward %.0f ulp, worst gradient %.0f ulp\n", g_worst_fwd, g_worst_grad);
+}
+
 /* Exact mode (xent_cuda_set_exact(1)): 16-bit logits on the precise path,
  * every forward output within its 2 ulp of the CPU (fwd_tol), in both
  * kernels' sizes, aligned and not, with and without a gradient, and on the
@@ -828,7 +912,10 @@ TEST(cuda_shards_vs_cpu) {
 
 /* The same row at different positions, batch sizes and alignments gives
  * bitwise the same outputs and gradient row; without a gradient and through
- * xent_cuda_logprobs, bitwise the same outputs. */
+ * xent_cuda_logprobs, bitwise the same outputs. Calls that ask for entropy
+ * form S another way than calls that do not (the loose pass 1 of ce.cu):
+ * each kind agrees with itself bitwise, and their nll and lse agree within
+ * the fast path's bound (fwd_tol). */
 static void batch_invariance(const char *plan, const char *block, int64_t V) {
     if (plan) setenv("XENT_CUDA_CLUSTER", plan, 1);
     if (block) setenv("XENT_CUDA_BLOCK", block, 1);
@@ -838,10 +925,16 @@ static void batch_invariance(const char *plan, const char *block, int64_t V) {
     const int64_t Ts[] = {1, 5, 64};
     xt_rng_t *r = xt_rng();
     uint16_t *row = malloc(V * 2);
-    for (int64_t j = 0; j < V; j++) row[j] = xent_f32_to_bf16((float)(3.0 * xt_normal(r)));
+    double zmax = 0; /* the row's largest |logit|: lse's scale */
+    for (int64_t j = 0; j < V; j++) {
+        row[j] = xent_f32_to_bf16((float)(3.0 * xt_normal(r)));
+        zmax = fmax(zmax, fabs((double)xent_bf16_to_f32(row[j])));
+    }
     const int64_t label = 1234;
-    float ref[3] = {0, 0, 0};
+    const double tol = fwd_tol(XENT_BF16, XENT_BF16, 0);
+    float ref[3] = {0, 0, 0}, uref[2] = {0, 0};
     uint16_t *gref = malloc(V * 2), *grow = malloc(V * 2);
+    uint16_t *guref = malloc(V * 2), *gurow = malloc(V * 2);
     int have = 0;
     for (int ti = 0; ti < 3; ti++)
         for (int ldx = 0; ldx < 2; ldx++) {
@@ -878,6 +971,33 @@ static void batch_invariance(const char *plan, const char *block, int64_t V) {
             host_copy(&v[1], dlse + pos, 4);
             host_copy(&v[2], dent + pos, 4);
             host_copy(grow, dg + pos * ldg, V * 2);
+            /* the same call without entropy */
+            float u[2], loss_u;
+            int64_t cnt_u;
+            cudaMemset(dnll, 0xFF, T * 4);
+            cudaMemset(dlse, 0xFF, T * 4);
+            cudaMemset(dloss, 0xFF, 4);
+            cudaMemset(dg, 0xFF, (size_t)(T * ldg) * 2);
+            go.entropy = NULL;
+            CHECK(xent_cuda_ce(&gi, &o, &go, NULL) == XENT_OK, "gpu (no entropy): %s",
+                  xent_last_error());
+            go.entropy = dent;
+            host_copy(&u[0], dnll + pos, 4);
+            host_copy(&u[1], dlse + pos, 4);
+            host_copy(&loss_u, dloss, 4);
+            host_copy(&cnt_u, dcnt, 8);
+            host_copy(gurow, dg + pos * ldg, V * 2);
+            {
+                double m = fmax(fabs((double)v[1]), zmax);
+                int e;
+                frexp(m, &e);
+                CHECK(xt_ulp_dist_f32(u[0], v[0]) <= tol &&
+                          fabs((double)u[1] - v[1]) <= tol * ldexp(1.0, e - 24),
+                      "%s, T=%lld ld=%lld: nll or lse without entropy beyond %.0f ulp of "
+                      "the call with entropy (nll %.9g / %.9g, lse %.9g / %.9g)",
+                      who, (long long)T, (long long)ld, tol, (double)u[0], (double)v[0],
+                      (double)u[1], (double)v[1]);
+            }
             /* the same row without a gradient (finished by a second kernel)
              * and through xent_cuda_logprobs: the same bits */
             float w[3], lpw[2];
@@ -905,18 +1025,19 @@ static void batch_invariance(const char *plan, const char *block, int64_t V) {
             host_copy(&w[1], dlse + pos, 4);
             host_copy(&loss_s, dloss, 4);
             host_copy(&cnt_s, dcnt, 8);
-            CHECK(!memcmp(v, w, 2 * sizeof v[0]) && !memcmp(&loss_g, &loss_s, 4) &&
-                      cnt_g == cnt_s,
+            CHECK(!memcmp(u, w, 2 * sizeof u[0]) && !memcmp(&loss_u, &loss_s, 4) &&
+                      cnt_u == cnt_s && cnt_g == cnt_s,
                   "%s, T=%lld ld=%lld: outputs without a gradient and entropy differ "
-                  "bitwise (nll %.9g / %.9g, loss %.9g / %.9g, counted %lld / %lld)",
-                  who, (long long)T, (long long)ld, (double)v[0],
-                  (double)w[0], (double)loss_g, (double)loss_s, (long long)cnt_g,
+                  "bitwise from those with a gradient (nll %.9g / %.9g, loss %.9g / %.9g, "
+                  "counted %lld / %lld)",
+                  who, (long long)T, (long long)ld, (double)u[0],
+                  (double)w[0], (double)loss_u, (double)loss_s, (long long)cnt_u,
                   (long long)cnt_s);
             cudaMemset(dnll, 0xFF, T * 4);
             CHECK(xent_cuda_logprobs(&gi, &o, dnll, NULL, NULL) == XENT_OK, "gpu logprobs: %s",
                   xent_last_error());
             host_copy(&lpw[0], dnll + pos, 4);
-            CHECK(!memcmp(&lpw[0], &(float){-v[0] + 0.0f}, 4), "%s, T=%lld ld=%lld: "
+            CHECK(!memcmp(&lpw[0], &(float){-u[0] + 0.0f}, 4), "%s, T=%lld ld=%lld: "
                   "xent_cuda_logprobs without entropy differs bitwise", who,
                   (long long)T, (long long)ld);
             cudaMemset(dnll, 0xFF, T * 4);
@@ -932,12 +1053,16 @@ static void batch_invariance(const char *plan, const char *block, int64_t V) {
             if (!have) {
                 memcpy(ref, v, sizeof v);
                 memcpy(gref, grow, V * 2);
+                memcpy(uref, u, sizeof u);
+                memcpy(guref, gurow, V * 2);
                 have = 1;
             } else {
-                CHECK(!memcmp(ref, v, sizeof v), "%s, T=%lld ld=%lld: row outputs differ bitwise",
-                      who, (long long)T, (long long)ld);
-                CHECK(!memcmp(gref, grow, V * 2), "%s, T=%lld ld=%lld: gradient row differs bitwise",
-                      who, (long long)T, (long long)ld);
+                CHECK(!memcmp(ref, v, sizeof v) && !memcmp(uref, u, sizeof u),
+                      "%s, T=%lld ld=%lld: row outputs differ bitwise", who, (long long)T,
+                      (long long)ld);
+                CHECK(!memcmp(gref, grow, V * 2) && !memcmp(guref, gurow, V * 2),
+                      "%s, T=%lld ld=%lld: gradient row differs bitwise", who, (long long)T,
+                      (long long)ld);
             }
             cudaFree(dl); cudaFree(dlab); cudaFree(dnll); cudaFree(dlse); cudaFree(dent);
             cudaFree(dloss); cudaFree(dcnt); cudaFree(dg);
@@ -947,6 +1072,8 @@ static void batch_invariance(const char *plan, const char *block, int64_t V) {
     free(row);
     free(gref);
     free(grow);
+    free(guref);
+    free(gurow);
     if (plan) unsetenv("XENT_CUDA_CLUSTER");
     if (block) unsetenv("XENT_CUDA_BLOCK");
 }

@@ -67,6 +67,9 @@ struct xc_acc {
                      sees most of them as NaN sums instead: xc_fast_sum) */
     float zt;     /* raw target logit (owner thread)                     */
     int own;
+    float mt;     /* loose pass 1: this thread's max over its non-target
+                     columns (m is then its reference: xc_loose_ref)     */
+    float lim;    /* loose pass 1: m + the rebase threshold              */
 };
 
 __device__ __forceinline__ void xc_acc_init(xc_acc &a) {
@@ -80,6 +83,8 @@ __device__ __forceinline__ void xc_acc_init(xc_acc &a) {
     a.nf = 0.f;
     a.zt = 0.f;
     a.own = 0;
+    a.mt = -INFINITY;
+    a.lim = -INFINITY;
 }
 
 /* A new running maximum cm > a.m (warp-uniform in the main loop). The fp32
@@ -509,6 +514,155 @@ __device__ __forceinline__ void xc_pass1(const xc_params &k, xc_acc &a,
 }
 
 /* ------------------------------------------------------------------ */
+/* Pass 1 without entropy or smoothing: the loose form                 */
+/* ------------------------------------------------------------------ */
+
+/* A call that asks for no entropy and no label smoothing (the fast path's
+ * usual case: forward + backward, log-probabilities, shard statistics)
+ * needs S = sum_j exp(z'_j - M') to full relative accuracy, not S - 1:
+ * nll = softplus(d), d = (M' - z'_t) + log S, has d nll / d S * S / nll =
+ * sigmoid(d) / softplus(d) <= 1, so nll's relative error is at most S's
+ * (docs/cuda.md). Then no column need be counted apart and the reference
+ * against which a thread forms its terms need not be the running max, nor
+ * the same in every lane: each thread sums 2^((z - r) c2) against its own
+ * reference r, the max of its first columns, and moves r (a rebase, in
+ * double, as xc_rebase) only when a column exceeds it by more than
+ * XC_LOOSE_LOG2 / c2 (terms below 2^40: the fp32 lanes cannot overflow)
+ * or, below 0, comes near 0 (xc_loose_ref). So a round has no warp max,
+ * no vote and no ties, and on most rows a thread's first round is its
+ * only rebase. The
+ * thread's true max over its non-target columns (mt) is kept beside it
+ * (the row's statistics report the max). The block then rescales each
+ * thread's sum from r to the row's max M in double, as before. */
+#define XC_LOOSE_LOG2 40.0
+
+/* The thread's reference after a round whose max over this thread's
+ * non-target columns is lm (any: the round held such a column; -inf or
+ * NaN then means every one of them was -inf or NaN: a non-finite row,
+ * flagged, since no finite reference exists yet to make the sums NaN).
+ * thr = XC_LOOSE_LOG2 / c2, cut = thr 2^-12 (raw units). The reference r
+ * is chosen so that x = z - r is exact in fp32 for every bf16/f16 z whose
+ * term can exceed 1 (z in (r, lim]), as the running max guaranteed for
+ * the terms near it: z - r needs at most 24 bits when z and r are within
+ * 2^13 of each other in magnitude (f16's 11-bit significands; bf16's 8
+ * allow 2^16). r = 0 when |lm| < cut (then x = z); for r >= cut, z <= r
+ * + thr is within 1 + 2^12 of r; for r <= -cut the limit is at most -cut
+ * (a column above it moves r), so |z| >= cut and |r| / |z| <= max(2, 2
+ * thr / cut) = 2^13. Terms below 1 may still round x (as before: by at
+ * most 2^-24 |x| on a term e^x, so 0.37 2^-24 of the reference's term).
+ * fp32 logits carry the error of x exactly (TwoSum) in any case. */
+__device__ __forceinline__ void xc_loose_ref(const xc_params &k, xc_acc &a, float lm, float thr,
+                                             bool any) {
+    if (any && !(lm > -INFINITY)) a.nf = NAN;
+    a.mt = fmaxf(a.mt, lm);
+    if (lm > a.lim) {
+        const float cut = thr * 0x1p-12f;
+        const float r = fabsf(lm) < cut ? 0.f : lm;
+        xc_rebase<false, false>(k, a, r);
+        a.lim = r < 0.f ? fminf(r + thr, -cut) : r + thr;
+    }
+}
+
+/* The terms of one chunk's columns [0, nv) but tk (the target: its raw
+ * logit kept by the owner), against the reference a.m. */
+template <bool WIDE>
+__device__ __forceinline__ void xc_loose_chunk(xc_acc &a, const float z[8], int nv, int tk,
+                                               float c2, float c2lo) {
+    if (tk >= 0) {
+        a.own = 1;
+        a.zt = z[0];
+#pragma unroll
+        for (int i = 1; i < 8; i++)
+            if (i == tk) a.zt = z[i];
+    }
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        if (i >= nv || i == tk) continue;
+        float x = z[i] - a.m, ylo;
+        float e = WIDE ? xc_term_wide(z[i], a.m, x, c2, c2lo, ylo) : xc_term(x, c2, c2lo, ylo);
+        xc_add_term<false>(a, i, e, ylo, x);
+    }
+}
+
+/* Pass 1 in the loose form, for this thread: the loads, the rounds and the
+ * chunks kept on chip as xc_pass1's (same arguments); a plain round takes
+ * its max on packed pairs, moves the reference if needed and sums its 32
+ * terms with no test; the other rounds (the target's, a row's last) go
+ * chunk by chunk. */
+template <class In, bool VEC, bool HINT>
+__device__ __forceinline__ void xc_pass1_loose(const xc_params &k, xc_acc &a,
+                                               const typename In::raw *row, int64_t tl,
+                                               uint4 *stage, int kcap, int form) {
+    const int nfull = (int)(k.V >> 3), NT = blockDim.x, tid = threadIdx.x, lane = tid & 31;
+    const int tc = tl >= 0 ? (int)(tl >> 3) : -1, to = (int)(tl & 7);
+    const int tk0 = tc >= 0 && (tc % NT) >> 5 == tid >> 5 ? tc / NT / XC_UNROLL * XC_UNROLL : -1;
+    const double c2d = XC_LOG2E * k.inv_tau;
+    const float c2 = (float)c2d, c2lo = (float)(c2d - (double)c2);
+    const float thr = (float)(XC_LOOSE_LOG2 / c2d);
+    const uint64_t pol = xc_policy_last();
+    int k0 = 0;
+    for (int c0 = tid - lane; c0 < nfull; c0 += XC_UNROLL * NT, k0 += XC_UNROLL) {
+        const bool full = c0 + (XC_UNROLL - 1) * NT + 31 < nfull;
+        const bool plain = full && k0 != tk0;
+        uint4 b[XC_UNROLL][In::VECS];
+        xc_load_round<In, VEC, HINT>(row, c0 + lane, NT, nfull, plain, form, pol, b);
+        if (VEC && k0 < kcap) {
+#pragma unroll
+            for (int u = 0; u < XC_UNROLL; u++) {
+                int c = c0 + lane + u * NT;
+                if (c < nfull && k0 + u < kcap)
+#pragma unroll
+                    for (int v = 0; v < In::VECS; v++)
+                        stage[((k0 + u) * NT + tid) * In::VECS + v] = b[u][v];
+            }
+        }
+        if (plain) {
+            xc_loose_ref(k, a, xc_round_max<In, XC_UNROLL>(b), thr, true);
+            xc_plain_round<In, false, false>(a, b, c2, c2lo);
+        } else {
+            float lm = -INFINITY;
+            bool any = false;
+#pragma unroll
+            for (int u = 0; u < XC_UNROLL; u++) {
+                const int c = c0 + lane + u * NT;
+                if (c >= nfull) continue;
+                any = true;
+                if (c == tc) {
+                    float z[8];
+                    In::unpack(b[u], z);
+                    lm = fmaxf(lm, xc_chunk_max(z, 8, to));
+                } else {
+                    lm = fmaxf(lm, In::max8(b[u]));
+                }
+            }
+            xc_loose_ref(k, a, lm, thr, any);
+#pragma unroll
+            for (int u = 0; u < XC_UNROLL; u++) {
+                const int c = c0 + lane + u * NT;
+                if (c >= nfull) continue;
+                if (c == tc) {
+                    float z[8];
+                    In::unpack(b[u], z);
+                    xc_loose_chunk<In::WIDE>(a, z, 8, to, c2, c2lo);
+                } else {
+                    xc_chunk_sums<In, false, false>(a, b[u], c2, c2lo);
+                }
+            }
+        }
+        xc_flush_lanes<false>(k, a);
+    }
+    const int nv = (int)(k.V & 7);
+    if (nv && nfull % NT == tid) { /* the partial last chunk */
+        float z[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++) z[i] = i < nv ? In::one(row + (int64_t)nfull * 8 + i) : 0.f;
+        const int t = nfull == tc ? to : -1;
+        xc_loose_ref(k, a, xc_chunk_max(z, nv, t), thr, nv > (t >= 0 ? 1 : 0));
+        xc_loose_chunk<In::WIDE>(a, z, nv, t, c2, c2lo);
+    }
+}
+
+/* ------------------------------------------------------------------ */
 /* Pass 2: the gradient                                                */
 /* ------------------------------------------------------------------ */
 
@@ -863,7 +1017,17 @@ __global__ void __launch_bounds__(1024) xc_row_kernel(const xc_params k) {
         const bool vrow = AL == XC_AL_ALIGNED || (!ONE && ((uintptr_t)row & 15) == 0);
         const int kcap = vrow ? (int)(k.stage_bytes / (16 * In::VECS * (int64_t)blockDim.x)) : 0;
         constexpr bool X = EXTRA || PRECISE;
-        if constexpr (AL == XC_AL_PIECES && In::VECS == 1)
+        /* without entropy and smoothing: pass 1 in the loose form */
+        constexpr bool LOOSE = !X;
+        if constexpr (LOOSE) {
+            if constexpr (AL == XC_AL_PIECES && In::VECS == 1)
+                xc_pass1_loose<In, true, HINT>(k, a, row, w.tl, xc_stage, kcap,
+                                               xc_form_of((uintptr_t)row));
+            else if (vrow)
+                xc_pass1_loose<In, true, HINT>(k, a, row, w.tl, xc_stage, kcap, 0);
+            else
+                xc_pass1_loose<In, false, HINT>(k, a, row, w.tl, xc_stage, 0, 0);
+        } else if constexpr (AL == XC_AL_PIECES && In::VECS == 1)
             xc_pass1<In, PRECISE, X, true, HINT>(k, a, row, w.tl, xc_stage, kcap,
                                                  xc_form_of((uintptr_t)row));
         else if (vrow)
@@ -872,8 +1036,10 @@ __global__ void __launch_bounds__(1024) xc_row_kernel(const xc_params k) {
             xc_pass1<In, PRECISE, X, false, HINT>(k, a, row, w.tl, xc_stage, 0, 0);
         if (a.own) sh.zt = a.zt; /* at most one owner; read after barriers */
         /* combine the threads: max, then sums rebased on the max; the
-         * columns at the row's max are counted apart (S - 1 exact) */
-        const float M = xc_block_max(a.m, sh.fmax);
+         * columns at the row's max are counted apart (S - 1 exact; in the
+         * loose form none is, and a thread's sums are against its
+         * reference a.m, not its max a.mt) */
+        const float M = xc_block_max(LOOSE ? a.mt : a.m, sh.fmax);
         double mt = a.mp, Mp = M == -INFINITY ? -INFINITY : xc_tr(k, (double)M);
         if (!PRECISE) {
             double sd = 0, sxd = 0;
