@@ -36,7 +36,10 @@
  * xent_cuda_set_exact below), bf16/f16 gradients within 1 ulp of the
  * CPU (label smoothing: the CPU's absolute bound), fp32 gradients are
  * computed in double like the CPU. Every per-row result is bitwise identical
- * whatever T and the row's position; a reduced loss is the exact sum of the
+ * whatever T and the row's position, and with or without a gradient (a
+ * call that asks for entropy or label smoothing sums another way: its nll
+ * agrees with one that does not within the bound above, not bitwise); a
+ * reduced loss is the exact sum of the
  * rows' losses rounded once (integer atomics on a long accumulator), so it
  * does not depend on the order of the rows (no floating-point atomics).
  *

@@ -153,6 +153,15 @@ __device__ __forceinline__ float xc_term_wide(float z, float m, float x, float c
     return xc_ex2_ftz(y);
 }
 
+/* The owner of the target's chunk keeps its raw logit z[tk] (tk >= 0). */
+__device__ __forceinline__ void xc_take_target(xc_acc &a, const float z[8], int tk) {
+    a.own = 1;
+    a.zt = z[0];
+#pragma unroll
+    for (int i = 1; i < 8; i++)
+        if (i == tk) a.zt = z[i];
+}
+
 /* Adds a term (e, y_lo) of column i to the lanes: e and e y_lo apart (S =
  * sum e + ln 2 sum e y_lo, one instruction less per term than the
  * corrected term e (1 + y_lo ln 2)), the same with or without EXTRA, so
@@ -195,13 +204,7 @@ __device__ __forceinline__ void xc_fast_sum(xc_acc &a, const float z[8], int nv,
         for (int i = 0; i < 8; i++)
             if (i < nv) a.ZS += (double)z[i];
     }
-    if (tk >= 0) {
-        a.own = 1;
-        a.zt = z[0];
-#pragma unroll
-        for (int i = 1; i < 8; i++)
-            if (i == tk) a.zt = z[i];
-    }
+    if (tk >= 0) xc_take_target(a, z, tk);
     if (a.m == -INFINITY) { /* every non-target column here is -inf */
         if (nv > (tk >= 0 && tk < nv ? 1 : 0)) a.nf = NAN;
         return;
@@ -258,13 +261,7 @@ __device__ __forceinline__ double xc_dexp_term(double x) {
  * xc_dexp_term). */
 __device__ __forceinline__ void xc_precise_sum(const xc_params &k, xc_acc &a,
                                                const float z[8], int nv, int tk) {
-    if (tk >= 0) {
-        a.own = 1;
-        a.zt = z[0];
-#pragma unroll
-        for (int i = 1; i < 8; i++)
-            if (i == tk) a.zt = z[i];
-    }
+    if (tk >= 0) xc_take_target(a, z, tk);
 #pragma unroll 2
     for (int i = 0; i < 8; i++) {
         if (i >= nv) continue;
@@ -389,6 +386,29 @@ __device__ __forceinline__ void xc_part_round(xc_acc &a, const uint4 (&b)[XC_UNR
     }
 }
 
+/* The chunks of a round (chunk c + u NT in b[u]) whose slot k0 + u is
+ * below kcap, into shared memory for pass 2 ([kcap][NT][VECS]). */
+template <class In>
+__device__ __forceinline__ void xc_stage_round(uint4 *stage, const uint4 (&b)[XC_UNROLL][In::VECS],
+                                               int c, int k0, int kcap, int nfull) {
+    const int NT = blockDim.x, tid = threadIdx.x;
+#pragma unroll
+    for (int u = 0; u < XC_UNROLL; u++)
+        if (c + u * NT < nfull && k0 + u < kcap)
+#pragma unroll
+            for (int v = 0; v < In::VECS; v++)
+                stage[((k0 + u) * NT + tid) * In::VECS + v] = b[u][v];
+}
+
+/* The row's partial last chunk (columns 8 nfull + [0, nv)), element by
+ * element; zeros past the row. */
+template <class In>
+__device__ __forceinline__ void xc_load_tail(const typename In::raw *row, int nfull, int nv,
+                                             float z[8]) {
+#pragma unroll
+    for (int i = 0; i < 8; i++) z[i] = i < nv ? In::one(row + (int64_t)nfull * 8 + i) : 0.f;
+}
+
 /* Pass 1 over row `row` for this thread. The loop runs warp by warp: a
  * round loads XC_UNROLL chunks per lane, takes the warp's max over them
  * and rebases (warp-uniformly) before summing, so the rare rebase never
@@ -421,16 +441,7 @@ __device__ __forceinline__ void xc_pass1(const xc_params &k, xc_acc &a,
         uint4 b[XC_UNROLL][In::VECS];
         xc_load_round<In, VEC, HINT>(row, c0 + lane, NT, nfull, plain, form, pol, b);
         /* keep the first kcap chunks of this thread on chip for pass 2 */
-        if (VEC && k0 < kcap) {
-#pragma unroll
-            for (int u = 0; u < XC_UNROLL; u++) {
-                int c = c0 + lane + u * NT;
-                if (c < nfull && k0 + u < kcap)
-#pragma unroll
-                    for (int v = 0; v < In::VECS; v++)
-                        stage[((k0 + u) * NT + tid) * In::VECS + v] = b[u][v];
-            }
-        }
+        if (VEC && k0 < kcap) xc_stage_round<In>(stage, b, c0 + lane, k0, kcap, nfull);
         if (plain) {
             /* the max over the lane's 4 chunks, then the warp's; after the
              * rebase, when no lane's max equals the running max, no column
@@ -504,8 +515,7 @@ __device__ __forceinline__ void xc_pass1(const xc_params &k, xc_acc &a,
     const int nv = (int)(k.V & 7);
     if (nv && nfull % NT == tid) { /* the partial last chunk */
         float z[8];
-#pragma unroll
-        for (int i = 0; i < 8; i++) z[i] = i < nv ? In::one(row + (int64_t)nfull * 8 + i) : 0.f;
+        xc_load_tail<In>(row, nfull, nv, z);
         int t = nfull == tc ? to : -1;
         float cm = xc_chunk_max(z, nv, t);
         if (cm > a.m) xc_rebase<PRECISE, EXTRA>(k, a, cm);
@@ -568,13 +578,7 @@ __device__ __forceinline__ void xc_loose_ref(const xc_params &k, xc_acc &a, floa
 template <bool WIDE>
 __device__ __forceinline__ void xc_loose_chunk(xc_acc &a, const float z[8], int nv, int tk,
                                                float c2, float c2lo) {
-    if (tk >= 0) {
-        a.own = 1;
-        a.zt = z[0];
-#pragma unroll
-        for (int i = 1; i < 8; i++)
-            if (i == tk) a.zt = z[i];
-    }
+    if (tk >= 0) xc_take_target(a, z, tk);
 #pragma unroll
     for (int i = 0; i < 8; i++) {
         if (i >= nv || i == tk) continue;
@@ -606,16 +610,7 @@ __device__ __forceinline__ void xc_pass1_loose(const xc_params &k, xc_acc &a,
         const bool plain = full && k0 != tk0;
         uint4 b[XC_UNROLL][In::VECS];
         xc_load_round<In, VEC, HINT>(row, c0 + lane, NT, nfull, plain, form, pol, b);
-        if (VEC && k0 < kcap) {
-#pragma unroll
-            for (int u = 0; u < XC_UNROLL; u++) {
-                int c = c0 + lane + u * NT;
-                if (c < nfull && k0 + u < kcap)
-#pragma unroll
-                    for (int v = 0; v < In::VECS; v++)
-                        stage[((k0 + u) * NT + tid) * In::VECS + v] = b[u][v];
-            }
-        }
+        if (VEC && k0 < kcap) xc_stage_round<In>(stage, b, c0 + lane, k0, kcap, nfull);
         if (plain) {
             xc_loose_ref(k, a, xc_round_max<In, XC_UNROLL>(b), thr, true);
             xc_plain_round<In, false, false>(a, b, c2, c2lo);
@@ -654,8 +649,7 @@ __device__ __forceinline__ void xc_pass1_loose(const xc_params &k, xc_acc &a,
     const int nv = (int)(k.V & 7);
     if (nv && nfull % NT == tid) { /* the partial last chunk */
         float z[8];
-#pragma unroll
-        for (int i = 0; i < 8; i++) z[i] = i < nv ? In::one(row + (int64_t)nfull * 8 + i) : 0.f;
+        xc_load_tail<In>(row, nfull, nv, z);
         const int t = nfull == tc ? to : -1;
         xc_loose_ref(k, a, xc_chunk_max(z, nv, t), thr, nv > (t >= 0 ? 1 : 0));
         xc_loose_chunk<In::WIDE>(a, z, nv, t, c2, c2lo);
