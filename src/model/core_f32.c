@@ -8,8 +8,6 @@
 #include <stdio.h>
 #include <sys/mman.h>
 
-void openblas_set_num_threads(int num_threads);
-
 /* Large buffers (activations, gradients, weight copies: hundreds of MB) on
  * 2 MiB boundaries with transparent huge pages requested: first touch costs
  * one fault per 2 MiB instead of per 4 KiB, and the matrix products miss the
@@ -483,7 +481,7 @@ xent_status xent_model_run(const xent_model *m, xent_model_ws *ws,
     if ((st = ws_weights(ws, p, &whead, thr))) return st;
     xent__rope_tables(&m->cfg, o->S, ws->rope,
                       ws->rope + o->S * m->cfg.head_dim / 2);
-    openblas_set_num_threads(thr);
+    openblas_set_num_threads(1); /* see mm_cpu */
     int f16 = p->compute == XENT_F16 || p->residual == XENT_F16 ||
               p->norm == XENT_F16 || p->attn_softmax == XENT_F16 ||
               p->logits == XENT_F16;

@@ -92,6 +92,7 @@ xent_status xent_model_run_f64_w(const xent_model *m,
     c.rw = rw;
     c.rec_dx0 = embed_grad;
     c.nthr = xent__threads(o->threads);
+    openblas_set_num_threads(1); /* see mm_cpu */
     st = model_fwd_bwd(&c, backward);
     if (!st) *loss = c.loss;
 done:

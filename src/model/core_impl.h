@@ -172,29 +172,74 @@ static void mm_gpu(xm_ctx *c, int ta, int tb, int64_t M, int64_t N, int64_t K,
 #define MM_GPU(ta, tb) (void)c;
 #endif
 
+/* Matrix products in fixed tiles of MM_TM x MM_TN outputs, one
+ * single-threaded GEMM call per tile, the tiles spread over the row loops'
+ * threads. OpenBLAS itself rounds differently with its thread count (its
+ * partition picks the edge kernels, and on AVX-512 a single thread may take
+ * its "direct" sgemm): with the tiles fixed, every output is computed by
+ * the same call whatever the thread count, so results are bitwise equal
+ * for 1 and N threads (test model_threads_bitwise). Packing a full tile's
+ * two panels moves 768 x K values for its 131072 x K multiply-adds (0.6%). */
+enum { MM_TM = 256, MM_TN = 512 };
+
+typedef struct {
+    CBLAS_TRANSPOSE ta, tb;
+    int64_t M, N, K, lda, ldb, ldc, nj;
+    R alpha, beta;
+    const R *A, *B;
+    R *C;
+} mm_job;
+
+static void mm_tiles(void *vj, int64_t t0, int64_t t1) {
+    const mm_job *j = vj;
+    for (int64_t t = t0; t < t1; t++) {
+        int64_t i0 = t / j->nj * MM_TM, j0 = t % j->nj * MM_TN;
+        int64_t mi = j->M - i0 < MM_TM ? j->M - i0 : MM_TM;
+        int64_t nj = j->N - j0 < MM_TN ? j->N - j0 : MM_TN;
+        const R *a = j->ta == CblasNoTrans ? j->A + i0 * j->lda : j->A + i0;
+        const R *b = j->tb == CblasNoTrans ? j->B + j0 : j->B + j0 * j->ldb;
+        GEMM(CblasRowMajor, j->ta, j->tb, (int)mi, (int)nj, (int)j->K,
+             j->alpha, a, (int)j->lda, b, (int)j->ldb, j->beta,
+             j->C + i0 * j->ldc + j0, (int)j->ldc);
+    }
+}
+
+/* OpenBLAS's own threads stay off while a model runs (the tiles are the
+ * parallelism); declared here, as not every cblas.h has it. */
+void openblas_set_num_threads(int num_threads);
+
+static void mm_cpu(xm_ctx *c, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb,
+                   int64_t M, int64_t N, int64_t K, R alpha, const R *A,
+                   int64_t lda, const R *B, int64_t ldb, R beta, R *C,
+                   int64_t ldc) {
+    int64_t nj = (N + MM_TN - 1) / MM_TN, n = (M + MM_TM - 1) / MM_TM * nj;
+    mm_job j = {ta, tb, M, N, K, lda, ldb, ldc, nj, alpha, beta, A, B, C};
+    xent__parallel_for(n, c->nthr, mm_tiles, &j);
+}
+
 /* C[M,N] = alpha * A[M,K] B[N,K]^T + beta * C */
 static void mm_nt(xm_ctx *c, int64_t M, int64_t N, int64_t K, R alpha,
                   const R *A, int64_t lda, const R *B, int64_t ldb, R beta,
                   R *C, int64_t ldc) {
     MM_GPU(0, 1)
-    GEMM(CblasRowMajor, CblasNoTrans, CblasTrans, (int)M, (int)N, (int)K,
-         alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+    mm_cpu(c, CblasNoTrans, CblasTrans, M, N, K, alpha, A, lda, B, ldb, beta,
+           C, ldc);
 }
 /* C[M,N] = alpha * A[M,K] B[K,N] + beta * C */
 static void mm_nn(xm_ctx *c, int64_t M, int64_t N, int64_t K, R alpha,
                   const R *A, int64_t lda, const R *B, int64_t ldb, R beta,
                   R *C, int64_t ldc) {
     MM_GPU(0, 0)
-    GEMM(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)M, (int)N, (int)K,
-         alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+    mm_cpu(c, CblasNoTrans, CblasNoTrans, M, N, K, alpha, A, lda, B, ldb,
+           beta, C, ldc);
 }
 /* C[M,N] = alpha * A[K,M]^T B[K,N] + beta * C */
 static void mm_tn(xm_ctx *c, int64_t M, int64_t N, int64_t K, R alpha,
                   const R *A, int64_t lda, const R *B, int64_t ldb, R beta,
                   R *C, int64_t ldc) {
     MM_GPU(1, 0)
-    GEMM(CblasRowMajor, CblasTrans, CblasNoTrans, (int)M, (int)N, (int)K,
-         alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+    mm_cpu(c, CblasTrans, CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta,
+           C, ldc);
 }
 
 /* y[T, out] = x[T, in] W[out, in]^T (+ bias), rounded to the compute dtype.
