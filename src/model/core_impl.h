@@ -172,19 +172,24 @@ static void mm_gpu(xm_ctx *c, int ta, int tb, int64_t M, int64_t N, int64_t K,
 #define MM_GPU(ta, tb) (void)c;
 #endif
 
-/* Matrix products in fixed tiles of MM_TM x MM_TN outputs, one
- * single-threaded GEMM call per tile, the tiles spread over the row loops'
- * threads. OpenBLAS itself rounds differently with its thread count (its
- * partition picks the edge kernels, and on AVX-512 a single thread may take
- * its "direct" sgemm): with the tiles fixed, every output is computed by
- * the same call whatever the thread count, so results are bitwise equal
- * for 1 and N threads (test model_threads_bitwise). Packing a full tile's
- * two panels moves 768 x K values for its 131072 x K multiply-adds (0.6%). */
-enum { MM_TM = 256, MM_TN = 512 };
+/* Matrix products in tiles, one single-threaded GEMM call per tile, the
+ * tiles spread over the row loops' threads. OpenBLAS itself rounds
+ * differently with its thread count (its partition picks the edge kernels,
+ * and on AVX-512 a single thread may take its "direct" sgemm): with tiles
+ * that depend on the product's shape alone, every output is computed by the
+ * same call whatever the thread count, so results are bitwise equal for 1
+ * and N threads (test model_threads_bitwise). Tiles are MM_TM x MM_TN
+ * outputs, halved (the wider side first, down to 64 x 128) while the
+ * product has fewer than MM_MIN_TILES of them, so that the thin products of
+ * short batches still spread over many threads. One thread's sgemm measured
+ * 95% of the whole product's rate in 256 x 512 tiles, 89-91% in 128 x 256,
+ * 80-84% in 64 x 128 ([512,576]x[576,1536] and [2048,576]x[576,1536],
+ * OpenBLAS 0.3.21 on a Zen 3 core). */
+enum { MM_TM = 256, MM_TN = 512, MM_MIN_TILES = 16 };
 
 typedef struct {
     CBLAS_TRANSPOSE ta, tb;
-    int64_t M, N, K, lda, ldb, ldc, nj;
+    int64_t M, N, K, lda, ldb, ldc, tm, tn, nj; /* tile rows, columns; tiles a row */
     R alpha, beta;
     const R *A, *B;
     R *C;
@@ -193,9 +198,9 @@ typedef struct {
 static void mm_tiles(void *vj, int64_t t0, int64_t t1) {
     const mm_job *j = vj;
     for (int64_t t = t0; t < t1; t++) {
-        int64_t i0 = t / j->nj * MM_TM, j0 = t % j->nj * MM_TN;
-        int64_t mi = j->M - i0 < MM_TM ? j->M - i0 : MM_TM;
-        int64_t nj = j->N - j0 < MM_TN ? j->N - j0 : MM_TN;
+        int64_t i0 = t / j->nj * j->tm, j0 = t % j->nj * j->tn;
+        int64_t mi = j->M - i0 < j->tm ? j->M - i0 : j->tm;
+        int64_t nj = j->N - j0 < j->tn ? j->N - j0 : j->tn;
         const R *a = j->ta == CblasNoTrans ? j->A + i0 * j->lda : j->A + i0;
         const R *b = j->tb == CblasNoTrans ? j->B + j0 : j->B + j0 * j->ldb;
         GEMM(CblasRowMajor, j->ta, j->tb, (int)mi, (int)nj, (int)j->K,
@@ -212,8 +217,14 @@ static void mm_cpu(xm_ctx *c, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb,
                    int64_t M, int64_t N, int64_t K, R alpha, const R *A,
                    int64_t lda, const R *B, int64_t ldb, R beta, R *C,
                    int64_t ldc) {
-    int64_t nj = (N + MM_TN - 1) / MM_TN, n = (M + MM_TM - 1) / MM_TM * nj;
-    mm_job j = {ta, tb, M, N, K, lda, ldb, ldc, nj, alpha, beta, A, B, C};
+    int64_t tm = MM_TM, tn = MM_TN;
+    while ((M + tm - 1) / tm * ((N + tn - 1) / tn) < MM_MIN_TILES &&
+           (tm > 64 || tn > 128)) {
+        if (tn > tm) tn /= 2;
+        else tm /= 2;
+    }
+    int64_t nj = (N + tn - 1) / tn, n = (M + tm - 1) / tm * nj;
+    mm_job j = {ta, tb, M, N, K, lda, ldb, ldc, tm, tn, nj, alpha, beta, A, B, C};
     xent__parallel_for(n, c->nthr, mm_tiles, &j);
 }
 
@@ -416,25 +427,75 @@ static void softmax_rows(void *vj, int64_t r0, int64_t r1) {
     }
 }
 
-static void attention_fwd(xm_ctx *c, xm_layer *L) {
+/* Attention runs as jobs over (batch, head, block of rows), spread over
+ * the threads. On the CPU a block is MM_TM rows and its products are the
+ * MM_TM x MM_TN tiles of those rows (the heads give the parallelism), each the same single-threaded call as in mm_cpu
+ * (so the bits do not depend on the thread count or on the blocks); on the
+ * GPU a block is the whole head and one cuBLAS product, on one thread. */
+typedef struct {
+    xm_ctx *c;
+    xm_layer *L;
+    int64_t nrb, rows; /* blocks a head, rows a block */
+} att_job;
+
+static att_job att_plan(xm_ctx *c, xm_layer *L) {
+    int64_t rows = c->gpu ? c->S : MM_TM;
+    return (att_job){c, L, (c->S + rows - 1) / rows, rows};
+}
+
+/* Row block rb (of height j->rows) of C[M,N] = alpha op(A) op(B) + beta C. */
+static void att_mm(const att_job *aj, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb,
+                   int64_t rb, int64_t M, int64_t N, int64_t K, R alpha,
+                   const R *A, int64_t lda, const R *B, int64_t ldb, R beta,
+                   R *C, int64_t ldc) {
+#if ROUNDING
+    if (aj->c->gpu) {
+        mm_gpu(aj->c, ta == CblasTrans, tb == CblasTrans, M, N, K, alpha, A, lda,
+               B, ldb, beta, C, ldc);
+        return;
+    }
+#else
+    (void)aj;
+#endif
+    int64_t nj = (N + MM_TN - 1) / MM_TN;
+    mm_job j = {ta, tb, M,  N,  K,     lda,  ldb, ldc, MM_TM,
+                MM_TN, nj, alpha, beta, A, B, C};
+    mm_tiles(&j, rb * nj, (rb + 1) * nj);
+}
+
+static void att_run(att_job *aj, int64_t n, xent__range_fn fn) {
+    xent__parallel_for(n, aj->c->gpu ? 1 : aj->c->nthr, fn, aj);
+}
+
+/* Jobs (b, h, rb): scores, softmax and P V for one block of rows. */
+static void att_fwd_jobs(void *vj, int64_t j0, int64_t j1) {
+    const att_job *aj = vj;
+    xm_ctx *c = aj->c;
+    xm_layer *L = aj->L;
     const xent_model_config *m = c->c;
     int64_t S = c->S, hd = m->head_dim, nh = m->n_heads,
             grp = m->n_heads / m->n_kv_heads, qd = nh * hd,
             kvd = m->n_kv_heads * hd;
     R scale = (R)(1.0 / sqrt((double)hd));
-    for (int64_t b = 0; b < c->B; b++)
-        for (int64_t h = 0; h < nh; h++)
-            mm_nt(c, S, S, hd, scale, L->q + b * S * qd + h * hd, qd,
-                  L->k + b * S * kvd + (h / grp) * hd, kvd, 0,
-                  L->att + (b * nh + h) * S * S, S);
-    pjob j = {.c = c, .y = L->att};
-    pfor(c, c->B * nh * S, softmax_rows, &j);
-    for (int64_t b = 0; b < c->B; b++)
-        for (int64_t h = 0; h < nh; h++)
-            mm_nn(c, S, hd, S, 1, L->att + (b * nh + h) * S * S, S,
-                  L->v + b * S * kvd + (h / grp) * hd, kvd, 0,
-                  L->ao + b * S * qd + h * hd, qd);
-    rnd(L->ao, c->T * qd, c->dt_comp);
+    for (int64_t jj = j0; jj < j1; jj++) {
+        int64_t rb = jj % aj->nrb, bh = jj / aj->nrb, b = bh / nh, h = bh % nh;
+        int64_t r0 = rb * aj->rows, r1 = r0 + aj->rows < S ? r0 + aj->rows : S;
+        R *P = L->att + bh * S * S;
+        const R *v = L->v + b * S * kvd + (h / grp) * hd;
+        att_mm(aj, CblasNoTrans, CblasTrans, rb, S, S, hd, scale,
+               L->q + b * S * qd + h * hd, qd,
+               L->k + b * S * kvd + (h / grp) * hd, kvd, 0, P, S);
+        pjob pj = {.c = c, .y = L->att};
+        softmax_rows(&pj, bh * S + r0, bh * S + r1);
+        att_mm(aj, CblasNoTrans, CblasNoTrans, rb, S, hd, S, 1, P, S, v, kvd,
+               0, L->ao + b * S * qd + h * hd, qd);
+    }
+}
+
+static void attention_fwd(xm_ctx *c, xm_layer *L) {
+    att_job aj = att_plan(c, L);
+    att_run(&aj, c->B * c->c->n_heads * aj.nrb, att_fwd_jobs);
+    rnd(L->ao, c->T * c->c->n_heads * c->c->head_dim, c->dt_comp);
 }
 
 /* dS = P * (dP - rowsum(P * dP)) on rows [r0, r1) of [B*nh*S, S]. */
@@ -454,35 +515,68 @@ static void dsoftmax_rows(void *vj, int64_t r0, int64_t r1) {
     }
 }
 
-/* From dao [T, qd]: dq [T, qd], dk, dv [T, kvd] (the caller undoes RoPE). */
-static void attention_bwd(xm_ctx *c, xm_layer *L) {
+/* Jobs (b, h, rb) of the backward: dP = dO V^T, dS, dq = scale dS K for one
+ * block of query rows. */
+static void att_bwd_q_jobs(void *vj, int64_t j0, int64_t j1) {
+    const att_job *aj = vj;
+    xm_ctx *c = aj->c;
+    xm_layer *L = aj->L;
     const xent_model_config *m = c->c;
     int64_t S = c->S, hd = m->head_dim, nh = m->n_heads,
             grp = m->n_heads / m->n_kv_heads, qd = nh * hd,
             kvd = m->n_kv_heads * hd;
     R scale = (R)(1.0 / sqrt((double)hd));
+    for (int64_t jj = j0; jj < j1; jj++) {
+        int64_t rb = jj % aj->nrb, bh = jj / aj->nrb, b = bh / nh, h = bh % nh;
+        int64_t r0 = rb * aj->rows, r1 = r0 + aj->rows < S ? r0 + aj->rows : S;
+        int64_t kv = b * S * kvd + (h / grp) * hd;
+        R *dS = c->datt + bh * S * S;
+        att_mm(aj, CblasNoTrans, CblasTrans, rb, S, S, hd, 1,
+               c->dao + b * S * qd + h * hd, qd, L->v + kv, kvd, 0, dS, S);
+        pjob pj = {.c = c, .x = L->att, .y = c->datt};
+        dsoftmax_rows(&pj, bh * S + r0, bh * S + r1);
+        att_mm(aj, CblasNoTrans, CblasNoTrans, rb, S, hd, S, scale, dS, S,
+               L->k + kv, kvd, 0, c->dq + b * S * qd + h * hd, qd);
+    }
+}
+
+/* Jobs (dv or dk, b, kv head, rb): one block of key rows of dv += P^T dO or
+ * dk += scale dS^T q, summed over the group's heads in ascending order. */
+static void att_bwd_kv_jobs(void *vj, int64_t j0, int64_t j1) {
+    const att_job *aj = vj;
+    xm_ctx *c = aj->c;
+    xm_layer *L = aj->L;
+    const xent_model_config *m = c->c;
+    int64_t S = c->S, hd = m->head_dim, nh = m->n_heads, nkv = m->n_kv_heads,
+            grp = nh / nkv, qd = nh * hd, kvd = nkv * hd;
+    R scale = (R)(1.0 / sqrt((double)hd));
+    for (int64_t jj = j0; jj < j1; jj++) {
+        int64_t rb = jj % aj->nrb, g = jj / aj->nrb % (c->B * nkv),
+                is_k = jj / aj->nrb / (c->B * nkv), b = g / nkv, kh = g % nkv;
+        int64_t kv = b * S * kvd + kh * hd;
+        for (int64_t h = kh * grp; h < (kh + 1) * grp; h++) {
+            int64_t bh = b * nh + h, qo = b * S * qd + h * hd;
+            if (is_k)
+                att_mm(aj, CblasTrans, CblasNoTrans, rb, S, hd, S, scale,
+                       c->datt + bh * S * S, S, L->q + qo, qd, 1, c->dk + kv,
+                       kvd);
+            else
+                att_mm(aj, CblasTrans, CblasNoTrans, rb, S, hd, S, 1,
+                       L->att + bh * S * S, S, c->dao + qo, qd, 1, c->dv + kv,
+                       kvd);
+        }
+    }
+}
+
+/* From dao [T, qd]: dq [T, qd], dk, dv [T, kvd] (the caller undoes RoPE). */
+static void attention_bwd(xm_ctx *c, xm_layer *L) {
+    const xent_model_config *m = c->c;
+    int64_t qd = m->n_heads * m->head_dim, kvd = m->n_kv_heads * m->head_dim;
+    att_job aj = att_plan(c, L);
     memset(c->dk, 0, (size_t)(c->T * kvd) * sizeof(R));
     memset(c->dv, 0, (size_t)(c->T * kvd) * sizeof(R));
-    for (int64_t b = 0; b < c->B; b++)
-        for (int64_t h = 0; h < nh; h++) {
-            const R *P = L->att + (b * nh + h) * S * S;
-            const R *dO = c->dao + b * S * qd + h * hd;
-            int64_t kv = b * S * kvd + (h / grp) * hd;
-            mm_nt(c, S, S, hd, 1, dO, qd, L->v + kv, kvd, 0,
-                  c->datt + (b * nh + h) * S * S, S);
-            mm_tn(c, S, hd, S, 1, P, S, dO, qd, 1, c->dv + kv, kvd);
-        }
-    pjob j = {.c = c, .x = L->att, .y = c->datt};
-    pfor(c, c->B * nh * S, dsoftmax_rows, &j);
-    for (int64_t b = 0; b < c->B; b++)
-        for (int64_t h = 0; h < nh; h++) {
-            const R *dS = c->datt + (b * nh + h) * S * S;
-            int64_t kv = b * S * kvd + (h / grp) * hd;
-            mm_nn(c, S, hd, S, scale, dS, S, L->k + kv, kvd, 0,
-                  c->dq + b * S * qd + h * hd, qd);
-            mm_tn(c, S, hd, S, scale, dS, S, L->q + b * S * qd + h * hd, qd, 1,
-                  c->dk + kv, kvd);
-        }
+    att_run(&aj, c->B * m->n_heads * aj.nrb, att_bwd_q_jobs);
+    att_run(&aj, 2 * c->B * m->n_kv_heads * aj.nrb, att_bwd_kv_jobs);
     rnd(c->dq, c->T * qd, c->dt_comp);
     rnd(c->dk, c->T * kvd, c->dt_comp);
     rnd(c->dv, c->T * kvd, c->dt_comp);
