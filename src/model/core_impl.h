@@ -429,73 +429,99 @@ static void softmax_rows(void *vj, int64_t r0, int64_t r1) {
 
 /* Attention runs as jobs over (batch, head, block of rows), spread over
  * the threads. On the CPU a block is MM_TM rows and its products are the
- * MM_TM x MM_TN tiles of those rows (the heads give the parallelism), each the same single-threaded call as in mm_cpu
- * (so the bits do not depend on the thread count or on the blocks); on the
- * GPU a block is the whole head and one cuBLAS product, on one thread. */
+ * MM_TM x MM_TN tiles of those rows (the heads give the parallelism), each
+ * the same single-threaded call as in mm_cpu, so the bits depend neither on
+ * the thread count nor on the blocks. On the GPU a block is the whole head,
+ * one cuBLAS product, the jobs on one thread and its rows' softmax over all
+ * threads. */
 typedef struct {
     xm_ctx *c;
     xm_layer *L;
-    int64_t nrb, rows; /* blocks a head, rows a block */
+    int64_t nrb, rows;            /* blocks a head, rows a block */
+    int64_t S, hd, nh, grp, qd, kvd; /* sequence, head dims, heads a KV head */
+    R scale;                      /* 1 / sqrt(hd) */
 } att_job;
 
 static att_job att_plan(xm_ctx *c, xm_layer *L) {
-    int64_t rows = c->gpu ? c->S : MM_TM;
-    return (att_job){c, L, (c->S + rows - 1) / rows, rows};
+    const xent_model_config *m = c->c;
+    int64_t rows = c->gpu ? c->S : MM_TM, hd = m->head_dim;
+    return (att_job){c,
+                     L,
+                     (c->S + rows - 1) / rows,
+                     rows,
+                     c->S,
+                     hd,
+                     m->n_heads,
+                     m->n_heads / m->n_kv_heads,
+                     m->n_heads * hd,
+                     m->n_kv_heads * hd,
+                     (R)(1.0 / sqrt((double)hd))};
 }
 
-/* Row block rb (of height j->rows) of C[M,N] = alpha op(A) op(B) + beta C. */
+/* Row block rb (of height aj->rows) of C[M,N] = alpha op(A) op(B) + beta C. */
 static void att_mm(const att_job *aj, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb,
                    int64_t rb, int64_t M, int64_t N, int64_t K, R alpha,
                    const R *A, int64_t lda, const R *B, int64_t ldb, R beta,
                    R *C, int64_t ldc) {
 #if ROUNDING
     if (aj->c->gpu) {
-        mm_gpu(aj->c, ta == CblasTrans, tb == CblasTrans, M, N, K, alpha, A, lda,
-               B, ldb, beta, C, ldc);
+        mm_gpu(aj->c, ta == CblasTrans, tb == CblasTrans, M, N, K, alpha, A,
+               lda, B, ldb, beta, C, ldc);
         return;
     }
 #else
     (void)aj;
 #endif
     int64_t nj = (N + MM_TN - 1) / MM_TN;
-    mm_job j = {ta, tb, M,  N,  K,     lda,  ldb, ldc, MM_TM,
-                MM_TN, nj, alpha, beta, A, B, C};
+    mm_job j = {ta,    tb, M,     N,    K, lda, ldb, ldc,
+                MM_TM, MM_TN, nj, alpha, beta, A, B, C};
     mm_tiles(&j, rb * nj, (rb + 1) * nj);
+}
+
+/* A row loop (softmax_rows, dsoftmax_rows) on rows [r0, r1) of one head,
+ * pj's arrays pointing at the head's S x S block. */
+static void att_rows(const att_job *aj, xent__range_fn fn, pjob *pj,
+                     int64_t r0, int64_t r1) {
+    if (aj->c->gpu) pfor(aj->c, r1 - r0, fn, pj); /* r0 = 0, r1 = S */
+    else fn(pj, r0, r1);
 }
 
 static void att_run(att_job *aj, int64_t n, xent__range_fn fn) {
     xent__parallel_for(n, aj->c->gpu ? 1 : aj->c->nthr, fn, aj);
 }
 
+/* Job jj's head bh = b * nh + h and its rows [*r0, *r1); returns bh. */
+static int64_t att_block(const att_job *aj, int64_t jj, int64_t *r0,
+                         int64_t *r1) {
+    int64_t rb = jj % aj->nrb;
+    *r0 = rb * aj->rows;
+    *r1 = *r0 + aj->rows < aj->S ? *r0 + aj->rows : aj->S;
+    return jj / aj->nrb;
+}
+
 /* Jobs (b, h, rb): scores, softmax and P V for one block of rows. */
 static void att_fwd_jobs(void *vj, int64_t j0, int64_t j1) {
     const att_job *aj = vj;
-    xm_ctx *c = aj->c;
     xm_layer *L = aj->L;
-    const xent_model_config *m = c->c;
-    int64_t S = c->S, hd = m->head_dim, nh = m->n_heads,
-            grp = m->n_heads / m->n_kv_heads, qd = nh * hd,
-            kvd = m->n_kv_heads * hd;
-    R scale = (R)(1.0 / sqrt((double)hd));
+    int64_t S = aj->S, hd = aj->hd, qd = aj->qd, kvd = aj->kvd;
     for (int64_t jj = j0; jj < j1; jj++) {
-        int64_t rb = jj % aj->nrb, bh = jj / aj->nrb, b = bh / nh, h = bh % nh;
-        int64_t r0 = rb * aj->rows, r1 = r0 + aj->rows < S ? r0 + aj->rows : S;
+        int64_t r0, r1, bh = att_block(aj, jj, &r0, &r1), rb = jj % aj->nrb;
+        int64_t b = bh / aj->nh, h = bh % aj->nh;
+        int64_t kv = b * S * kvd + (h / aj->grp) * hd, qo = b * S * qd + h * hd;
         R *P = L->att + bh * S * S;
-        const R *v = L->v + b * S * kvd + (h / grp) * hd;
-        att_mm(aj, CblasNoTrans, CblasTrans, rb, S, S, hd, scale,
-               L->q + b * S * qd + h * hd, qd,
-               L->k + b * S * kvd + (h / grp) * hd, kvd, 0, P, S);
-        pjob pj = {.c = c, .y = L->att};
-        softmax_rows(&pj, bh * S + r0, bh * S + r1);
-        att_mm(aj, CblasNoTrans, CblasNoTrans, rb, S, hd, S, 1, P, S, v, kvd,
-               0, L->ao + b * S * qd + h * hd, qd);
+        att_mm(aj, CblasNoTrans, CblasTrans, rb, S, S, hd, aj->scale,
+               L->q + qo, qd, L->k + kv, kvd, 0, P, S);
+        pjob pj = {.c = aj->c, .y = P};
+        att_rows(aj, softmax_rows, &pj, r0, r1);
+        att_mm(aj, CblasNoTrans, CblasNoTrans, rb, S, hd, S, 1, P, S,
+               L->v + kv, kvd, 0, L->ao + qo, qd);
     }
 }
 
 static void attention_fwd(xm_ctx *c, xm_layer *L) {
     att_job aj = att_plan(c, L);
-    att_run(&aj, c->B * c->c->n_heads * aj.nrb, att_fwd_jobs);
-    rnd(L->ao, c->T * c->c->n_heads * c->c->head_dim, c->dt_comp);
+    att_run(&aj, c->B * aj.nh * aj.nrb, att_fwd_jobs);
+    rnd(L->ao, c->T * aj.qd, c->dt_comp);
 }
 
 /* dS = P * (dP - rowsum(P * dP)) on rows [r0, r1) of [B*nh*S, S]. */
@@ -521,22 +547,18 @@ static void att_bwd_q_jobs(void *vj, int64_t j0, int64_t j1) {
     const att_job *aj = vj;
     xm_ctx *c = aj->c;
     xm_layer *L = aj->L;
-    const xent_model_config *m = c->c;
-    int64_t S = c->S, hd = m->head_dim, nh = m->n_heads,
-            grp = m->n_heads / m->n_kv_heads, qd = nh * hd,
-            kvd = m->n_kv_heads * hd;
-    R scale = (R)(1.0 / sqrt((double)hd));
+    int64_t S = aj->S, hd = aj->hd, qd = aj->qd, kvd = aj->kvd;
     for (int64_t jj = j0; jj < j1; jj++) {
-        int64_t rb = jj % aj->nrb, bh = jj / aj->nrb, b = bh / nh, h = bh % nh;
-        int64_t r0 = rb * aj->rows, r1 = r0 + aj->rows < S ? r0 + aj->rows : S;
-        int64_t kv = b * S * kvd + (h / grp) * hd;
+        int64_t r0, r1, bh = att_block(aj, jj, &r0, &r1), rb = jj % aj->nrb;
+        int64_t b = bh / aj->nh, h = bh % aj->nh;
+        int64_t kv = b * S * kvd + (h / aj->grp) * hd, qo = b * S * qd + h * hd;
         R *dS = c->datt + bh * S * S;
-        att_mm(aj, CblasNoTrans, CblasTrans, rb, S, S, hd, 1,
-               c->dao + b * S * qd + h * hd, qd, L->v + kv, kvd, 0, dS, S);
-        pjob pj = {.c = c, .x = L->att, .y = c->datt};
-        dsoftmax_rows(&pj, bh * S + r0, bh * S + r1);
-        att_mm(aj, CblasNoTrans, CblasNoTrans, rb, S, hd, S, scale, dS, S,
-               L->k + kv, kvd, 0, c->dq + b * S * qd + h * hd, qd);
+        att_mm(aj, CblasNoTrans, CblasTrans, rb, S, S, hd, 1, c->dao + qo, qd,
+               L->v + kv, kvd, 0, dS, S);
+        pjob pj = {.c = c, .x = L->att + bh * S * S, .y = dS};
+        att_rows(aj, dsoftmax_rows, &pj, r0, r1);
+        att_mm(aj, CblasNoTrans, CblasNoTrans, rb, S, hd, S, aj->scale, dS, S,
+               L->k + kv, kvd, 0, c->dq + qo, qd);
     }
 }
 
@@ -545,41 +567,37 @@ static void att_bwd_q_jobs(void *vj, int64_t j0, int64_t j1) {
 static void att_bwd_kv_jobs(void *vj, int64_t j0, int64_t j1) {
     const att_job *aj = vj;
     xm_ctx *c = aj->c;
-    xm_layer *L = aj->L;
-    const xent_model_config *m = c->c;
-    int64_t S = c->S, hd = m->head_dim, nh = m->n_heads, nkv = m->n_kv_heads,
-            grp = nh / nkv, qd = nh * hd, kvd = nkv * hd;
-    R scale = (R)(1.0 / sqrt((double)hd));
+    int64_t S = aj->S, hd = aj->hd, qd = aj->qd, kvd = aj->kvd,
+            nkv = aj->nh / aj->grp;
     for (int64_t jj = j0; jj < j1; jj++) {
         int64_t rb = jj % aj->nrb, g = jj / aj->nrb % (c->B * nkv),
                 is_k = jj / aj->nrb / (c->B * nkv), b = g / nkv, kh = g % nkv;
         int64_t kv = b * S * kvd + kh * hd;
-        for (int64_t h = kh * grp; h < (kh + 1) * grp; h++) {
-            int64_t bh = b * nh + h, qo = b * S * qd + h * hd;
+        for (int64_t h = kh * aj->grp; h < (kh + 1) * aj->grp; h++) {
+            int64_t bh = b * aj->nh + h, qo = b * S * qd + h * hd;
             if (is_k)
-                att_mm(aj, CblasTrans, CblasNoTrans, rb, S, hd, S, scale,
-                       c->datt + bh * S * S, S, L->q + qo, qd, 1, c->dk + kv,
-                       kvd);
+                att_mm(aj, CblasTrans, CblasNoTrans, rb, S, hd, S, aj->scale,
+                       c->datt + bh * S * S, S, aj->L->q + qo, qd, 1,
+                       c->dk + kv, kvd);
             else
                 att_mm(aj, CblasTrans, CblasNoTrans, rb, S, hd, S, 1,
-                       L->att + bh * S * S, S, c->dao + qo, qd, 1, c->dv + kv,
-                       kvd);
+                       aj->L->att + bh * S * S, S, c->dao + qo, qd, 1,
+                       c->dv + kv, kvd);
         }
     }
 }
 
 /* From dao [T, qd]: dq [T, qd], dk, dv [T, kvd] (the caller undoes RoPE). */
 static void attention_bwd(xm_ctx *c, xm_layer *L) {
-    const xent_model_config *m = c->c;
-    int64_t qd = m->n_heads * m->head_dim, kvd = m->n_kv_heads * m->head_dim;
     att_job aj = att_plan(c, L);
-    memset(c->dk, 0, (size_t)(c->T * kvd) * sizeof(R));
-    memset(c->dv, 0, (size_t)(c->T * kvd) * sizeof(R));
-    att_run(&aj, c->B * m->n_heads * aj.nrb, att_bwd_q_jobs);
-    att_run(&aj, 2 * c->B * m->n_kv_heads * aj.nrb, att_bwd_kv_jobs);
-    rnd(c->dq, c->T * qd, c->dt_comp);
-    rnd(c->dk, c->T * kvd, c->dt_comp);
-    rnd(c->dv, c->T * kvd, c->dt_comp);
+    int64_t nkv = aj.nh / aj.grp;
+    memset(c->dk, 0, (size_t)(c->T * aj.kvd) * sizeof(R));
+    memset(c->dv, 0, (size_t)(c->T * aj.kvd) * sizeof(R));
+    att_run(&aj, c->B * aj.nh * aj.nrb, att_bwd_q_jobs);
+    att_run(&aj, 2 * c->B * nkv * aj.nrb, att_bwd_kv_jobs);
+    rnd(c->dq, c->T * aj.qd, c->dt_comp);
+    rnd(c->dk, c->T * aj.kvd, c->dt_comp);
+    rnd(c->dv, c->T * aj.kvd, c->dt_comp);
 }
 
 /* ---- SwiGLU ------------------------------------------------------------- */
