@@ -490,13 +490,22 @@ static void att_run(att_job *aj, int64_t n, xent__range_fn fn) {
     xent__parallel_for(n, aj->c->gpu ? 1 : aj->c->nthr, fn, aj);
 }
 
-/* Job jj's head bh = b * nh + h and its rows [*r0, *r1); returns bh. */
-static int64_t att_block(const att_job *aj, int64_t jj, int64_t *r0,
-                         int64_t *r1) {
-    int64_t rb = jj % aj->nrb;
-    *r0 = rb * aj->rows;
-    *r1 = *r0 + aj->rows < aj->S ? *r0 + aj->rows : aj->S;
-    return jj / aj->nrb;
+/* Job jj = (b * nh + h) * nrb + rb: its head, rows and offsets. */
+typedef struct {
+    int64_t rb, r0, r1; /* block; its rows [r0, r1) */
+    int64_t bh, qo, kv; /* b * nh + h; offsets of its q (dq, ao) and k, v */
+} att_blk;
+
+static att_blk att_block(const att_job *aj, int64_t jj) {
+    att_blk k;
+    k.rb = jj % aj->nrb;
+    k.r0 = k.rb * aj->rows;
+    k.r1 = k.r0 + aj->rows < aj->S ? k.r0 + aj->rows : aj->S;
+    k.bh = jj / aj->nrb;
+    int64_t b = k.bh / aj->nh, h = k.bh % aj->nh;
+    k.qo = b * aj->S * aj->qd + h * aj->hd;
+    k.kv = b * aj->S * aj->kvd + (h / aj->grp) * aj->hd;
+    return k;
 }
 
 /* Jobs (b, h, rb): scores, softmax and P V for one block of rows. */
@@ -505,16 +514,14 @@ static void att_fwd_jobs(void *vj, int64_t j0, int64_t j1) {
     xm_layer *L = aj->L;
     int64_t S = aj->S, hd = aj->hd, qd = aj->qd, kvd = aj->kvd;
     for (int64_t jj = j0; jj < j1; jj++) {
-        int64_t r0, r1, bh = att_block(aj, jj, &r0, &r1), rb = jj % aj->nrb;
-        int64_t b = bh / aj->nh, h = bh % aj->nh;
-        int64_t kv = b * S * kvd + (h / aj->grp) * hd, qo = b * S * qd + h * hd;
-        R *P = L->att + bh * S * S;
-        att_mm(aj, CblasNoTrans, CblasTrans, rb, S, S, hd, aj->scale,
-               L->q + qo, qd, L->k + kv, kvd, 0, P, S);
+        att_blk k = att_block(aj, jj);
+        R *P = L->att + k.bh * S * S;
+        att_mm(aj, CblasNoTrans, CblasTrans, k.rb, S, S, hd, aj->scale,
+               L->q + k.qo, qd, L->k + k.kv, kvd, 0, P, S);
         pjob pj = {.c = aj->c, .y = P};
-        att_rows(aj, softmax_rows, &pj, r0, r1);
-        att_mm(aj, CblasNoTrans, CblasNoTrans, rb, S, hd, S, 1, P, S,
-               L->v + kv, kvd, 0, L->ao + qo, qd);
+        att_rows(aj, softmax_rows, &pj, k.r0, k.r1);
+        att_mm(aj, CblasNoTrans, CblasNoTrans, k.rb, S, hd, S, 1, P, S,
+               L->v + k.kv, kvd, 0, L->ao + k.qo, qd);
     }
 }
 
@@ -549,16 +556,14 @@ static void att_bwd_q_jobs(void *vj, int64_t j0, int64_t j1) {
     xm_layer *L = aj->L;
     int64_t S = aj->S, hd = aj->hd, qd = aj->qd, kvd = aj->kvd;
     for (int64_t jj = j0; jj < j1; jj++) {
-        int64_t r0, r1, bh = att_block(aj, jj, &r0, &r1), rb = jj % aj->nrb;
-        int64_t b = bh / aj->nh, h = bh % aj->nh;
-        int64_t kv = b * S * kvd + (h / aj->grp) * hd, qo = b * S * qd + h * hd;
-        R *dS = c->datt + bh * S * S;
-        att_mm(aj, CblasNoTrans, CblasTrans, rb, S, S, hd, 1, c->dao + qo, qd,
-               L->v + kv, kvd, 0, dS, S);
-        pjob pj = {.c = c, .x = L->att + bh * S * S, .y = dS};
-        att_rows(aj, dsoftmax_rows, &pj, r0, r1);
-        att_mm(aj, CblasNoTrans, CblasNoTrans, rb, S, hd, S, aj->scale, dS, S,
-               L->k + kv, kvd, 0, c->dq + qo, qd);
+        att_blk k = att_block(aj, jj);
+        R *dS = c->datt + k.bh * S * S;
+        att_mm(aj, CblasNoTrans, CblasTrans, k.rb, S, S, hd, 1, c->dao + k.qo,
+               qd, L->v + k.kv, kvd, 0, dS, S);
+        pjob pj = {.c = c, .x = L->att + k.bh * S * S, .y = dS};
+        att_rows(aj, dsoftmax_rows, &pj, k.r0, k.r1);
+        att_mm(aj, CblasNoTrans, CblasNoTrans, k.rb, S, hd, S, aj->scale, dS,
+               S, L->k + k.kv, kvd, 0, c->dq + k.qo, qd);
     }
 }
 
