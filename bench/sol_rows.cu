@@ -29,6 +29,15 @@
  *              reduction, one thread's finish, pass 2); with FWD, forward
  *              only (the next row's copies issued as the sums' pass frees
  *              each slot)
+ *   clu        a row split over a group of C blocks (one a multiprocessor,
+ *              persistent), each block's slice copied into one of S slots
+ *              of shared memory (bulk copies or cp.async) and read from
+ *              memory once; warp-specialized (copies, one finishing thread,
+ *              consumers running pass 1 of row j and pass 2 of row j - 1);
+ *              the group a thread-block cluster (partials through
+ *              distributed shared memory) or C blocks of a plain grid
+ *              ("groups through global memory": a partial and a flag a
+ *              row; every block resident, since the finisher spins)
  * W: dummy multiply-adds per element in pass 1 (arithmetic the structure
  * must hide); FIN: one thread's finish between the passes (about 1 us of
  * dependent double operations, as a row's finish in double takes), the
@@ -41,8 +50,10 @@
  * fraction of the floor 4 T V bytes over the copy bandwidth
  * (cudaMemcpyAsync of 4 GiB device to device, measured in the same run).
  * chip runs for V up to 19 x 8192 (the row in 14 chunks of shared memory
- * and at most 5 of registers a thread). Exits 1 when any kernel's output
- * differs from the reference. */
+ * and at most 5 of registers a thread); clu where its slots fit in 227 KB.
+ * SOL_ONLY="a|b" runs only the structures whose name holds a or b (the
+ * copy and read floors always). Exits 1 when any kernel's output differs
+ * from the reference. */
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <stdint.h>
@@ -596,31 +607,29 @@ __device__ __forceinline__ void bulk_g2s_plain(void *dst, const void *src, uint3
 __device__ __forceinline__ void cluster_sync_all() {
     asm volatile("barrier.cluster.arrive.release.aligned; barrier.cluster.wait.acquire.aligned;" ::: "memory");
 }
-__device__ __forceinline__ uint32_t cluster_rank() {
-    uint32_t r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-}
-__device__ __forceinline__ uint32_t cluster_id() {
-    uint32_t r;
-    asm volatile("mov.u32 %0, %%clusterid.x;" : "=r"(r));
-    return r;
-}
-__device__ __forceinline__ uint32_t cluster_count() {
-    uint32_t r;
-    asm volatile("mov.u32 %0, %%nclusterid.x;" : "=r"(r));
+/* this block's rank in its cluster, the cluster's index and the number of clusters */
+__device__ __forceinline__ uint3 cluster_info() {
+    uint3 r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank; mov.u32 %1, %%clusterid.x; mov.u32 %2, %%nclusterid.x;"
+                 : "=r"(r.x), "=r"(r.y), "=r"(r.z));
     return r;
 }
 
-template <int C, int S, int NC, int W, bool FIN, bool FWD, int PC, bool HINT, int PW>
+template <int C, int S, int NC, int W, bool FIN, bool FWD, int PC, bool HINT, int PW, bool XG>
 __global__ void __launch_bounds__((NC + 1 + (PW ? PW : 1)) * 32, 1) k_clu(const uint4 *x, uint4 *y, float *rmax,
-                                                          float *junk, int64_t T, int nch) {
+                                                          float *junk, int64_t T, int nch,
+                                                          float *gpart, unsigned *gflag) {
     extern __shared__ uint4 slot[]; /* [S][cap] */
     __shared__ uint64_t full[S], empty[S], xbar[CLU_XB], fbar[CLU_XB];
     __shared__ float part[CLU_XB][C], mfin[CLU_XB], red[2][NC];
     constexpr int NPW = PW ? PW : 1; /* producer warps */
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const uint32_t rank = cluster_rank(), cid = cluster_id(), ncl = cluster_count();
+    /* XG: no cluster; groups of C consecutive blocks (all resident: one a
+     * multiprocessor) exchange through global memory, a flag a row */
+    const uint3 ci = cluster_info();
+    const uint32_t rank = XG ? blockIdx.x % C : ci.x;
+    const uint32_t cid = XG ? blockIdx.x / C : ci.y;
+    const uint32_t ncl = XG ? gridDim.x / C : ci.z;
     const int cap = (nch + C - 1) / C;
     const int lo = (int)((int64_t)rank * nch / C), hi = (int)((int64_t)(rank + 1) * nch / C);
     const int L = hi - lo;
@@ -630,7 +639,8 @@ __global__ void __launch_bounds__((NC + 1 + (PW ? PW : 1)) * 32, 1) k_clu(const 
         for (int s = 0; s < CLU_XB; s++) { mb_init(&xbar[s], C); mb_init(&fbar[s], 1); }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-    cluster_sync_all();
+    if (XG) __syncthreads();
+    else cluster_sync_all();
     if (PW && warp < NPW) { /* producers: cp.async by every lane, completion on full[s] */
         const int pt = threadIdx.x, PT = PW * 32;
         for (int64_t i = 0; i < nrows; i++) {
@@ -661,9 +671,19 @@ __global__ void __launch_bounds__((NC + 1 + (PW ? PW : 1)) * 32, 1) k_clu(const 
         if (lane == 0) { /* finisher */
             for (int64_t i = 0; i < nrows; i++) {
                 const int e = (int)(i % CLU_XB);
-                mb_wait<true>(&xbar[e], (uint32_t)(i / CLU_XB) & 1);
-                float m = part[e][0];
-                for (int q = 1; q < C; q++) m = fmaxf(m, part[e][q]);
+                float m;
+                if (XG) {
+                    const int64_t r = cid + i * ncl;
+                    unsigned f = 0;
+                    do asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(f) : "l"(gflag + r) : "memory");
+                    while (f < C);
+                    m = __ldcg(gpart + r * C);
+                    for (int q = 1; q < C; q++) m = fmaxf(m, __ldcg(gpart + r * C + q));
+                } else {
+                    mb_wait<true>(&xbar[e], (uint32_t)(i / CLU_XB) & 1);
+                    m = part[e][0];
+                    for (int q = 1; q < C; q++) m = fmaxf(m, part[e][q]);
+                }
                 if (FIN) {
                     double d = m;
                     for (int t = 0; t < 240; t++) d = fma(d, 0.99999, 1e-7);
@@ -702,9 +722,15 @@ __global__ void __launch_bounds__((NC + 1 + (PW ? PW : 1)) * 32, 1) k_clu(const 
                 if (ct == 0) {
                     float bm = red[j & 1][0];
                     for (int w = 1; w < NC; w++) bm = fmaxf(bm, red[j & 1][w]);
-                    for (uint32_t q = 0; q < C; q++) {
-                        st_remote(&part[e][rank], q, bm);
-                        mb_arrive_remote(&xbar[e], q);
+                    if (XG) {
+                        const int64_t r = cid + j * ncl;
+                        __stcg(gpart + r * C + rank, bm);
+                        asm volatile("red.release.gpu.global.add.u32 [%0], 1;" :: "l"(gflag + r) : "memory");
+                    } else {
+                        for (uint32_t q = 0; q < C; q++) {
+                            st_remote(&part[e][rank], q, bm);
+                            mb_arrive_remote(&xbar[e], q);
+                        }
                     }
                 }
                 if (FWD) {
@@ -727,7 +753,7 @@ __global__ void __launch_bounds__((NC + 1 + (PW ? PW : 1)) * 32, 1) k_clu(const 
         keep_work<W>(acc, junk);
     }
     __syncwarp();
-    cluster_sync_all(); /* no block leaves while a peer may still write into it */
+    if (!XG) cluster_sync_all(); /* no block leaves while a peer may still write into it */
 }
 
 /* ---- host ---------------------------------------------------------------- */
@@ -800,6 +826,10 @@ static void run_shape(Shape sh, double copy_bw, double read_bw) {
     CK(cudaMalloc(&rref, T * 4));
     CK(cudaMalloc(&junk, T * 4));
     CK(cudaMalloc(&bad, 8));
+    float *gpart;
+    unsigned *gflag;
+    CK(cudaMalloc(&gpart, T * 8 * 4));
+    CK(cudaMalloc(&gflag, T * 4));
     /* random bf16 (bit patterns of N(0, 2)-like values from a hash) */
     {
         std::vector<uint16_t> h(1 << 24);
@@ -952,16 +982,16 @@ static void run_shape(Shape sh, double copy_bw, double read_bw) {
         CHIP(14, 5, true, 8, true, true);
     }
 #undef CHIP
-#define CLU(C, S, NC, W, FIN, FWD, PC, HINT, PW)                                            \
+#define CLU(C, S, NC, W, FIN, FWD, PC, HINT, PW, XG)                                        \
     do {                                                                                    \
-        auto kf = k_clu<C, S, NC, W, FIN, FWD, PC, HINT, PW>;                                           \
+        auto kf = k_clu<C, S, NC, W, FIN, FWD, PC, HINT, PW, XG>;                                           \
         const int cap = (int)((nch + C - 1) / C), sm = S * cap * 16;                        \
         if (sm > 227 * 1024) break;                                                         \
         CK(cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, sm));      \
         cudaLaunchConfig_t cfg = {};                                                        \
         cudaLaunchAttribute at[1];                                                          \
         at[0].id = cudaLaunchAttributeClusterDimension;                                     \
-        at[0].val.clusterDim.x = C;                                                         \
+        at[0].val.clusterDim.x = XG ? 1 : C;                                                       \
         at[0].val.clusterDim.y = 1;                                                         \
         at[0].val.clusterDim.z = 1;                                                         \
         cfg.blockDim = dim3((NC + 1 + (PW ? PW : 1)) * 32);                                               \
@@ -972,6 +1002,7 @@ static void run_shape(Shape sh, double copy_bw, double read_bw) {
         int ncl = 0;                                                                        \
         CK(cudaOccupancyMaxActiveClusters(&ncl, (void *)kf, &cfg));                          \
         if (ncl < 1) break;                                                                 \
+        if (XG) ncl = g_sms / C;                                                            \
         if (ncl > T) ncl = (int)T;                                                          \
         cfg.gridDim = dim3(ncl * C);                                                        \
         char nm[160];                                                                       \
@@ -979,19 +1010,22 @@ static void run_shape(Shape sh, double copy_bw, double read_bw) {
                  C, (NC + 1 + PW) * 32, ncl, S, cap * 16, PW, W, (int)FIN);                 \
         else snprintf(nm, sizeof nm, "clu, cluster %d x %d thr, %d clusters, %d slots of %d B, copies of %d B%s, W %d, FIN %d", \
                  C, (NC + 2) * 32, ncl, S, cap * 16, PC * 16, HINT ? " evict_first" : "", W, (int)FIN);                       \
+        if (XG) strcat(nm, ", groups through global memory");                              \
         check_run(nm, true, FWD ? 2 : 0, [&](uint4 *a, uint4 *b) {                          \
-            CK(cudaLaunchKernelEx(&cfg, kf, (const uint4 *)a, b, rmax, junk, T, (int)nch)); \
+            if (XG) CK(cudaMemsetAsync(gflag, 0, T * 4));                                   \
+            CK(cudaLaunchKernelEx(&cfg, kf, (const uint4 *)a, b, rmax, junk, T, (int)nch, gpart, gflag)); \
         });                                                                                 \
     } while (0)
-    CLU(1, 3, 16, 0, false, true, 1024, false, 0);
-    CLU(2, 3, 16, 0, false, true, 1024, false, 0);
-    CLU(4, 3, 16, 0, false, true, 1024, false, 0);
-    CLU(1, 3, 16, 0, false, true, 0, false, 4);
-    CLU(2, 3, 16, 0, false, true, 0, false, 4);
-    CLU(4, 3, 16, 0, false, true, 0, false, 4);
-    CLU(1, 3, 16, 8, true, false, 1024, false, 0);
-    CLU(2, 3, 16, 8, true, false, 1024, false, 0);
-    CLU(4, 3, 16, 8, true, false, 1024, false, 0);
+    CLU(4, 3, 16, 0, false, true, 1024, false, 0, false);
+    CLU(4, 3, 16, 0, false, true, 1024, false, 0, true);
+    CLU(1, 3, 16, 0, false, true, 1024, false, 0, true);
+    CLU(4, 3, 16, 8, true, false, 1024, false, 0, false);
+    CLU(4, 3, 16, 8, true, false, 1024, false, 0, true);
+    CLU(4, 3, 16, 12, true, false, 1024, false, 0, true);
+    CLU(4, 3, 16, 16, true, false, 1024, false, 0, true);
+    CLU(4, 3, 8, 8, true, false, 1024, false, 0, true);
+    CLU(1, 3, 16, 8, true, false, 1024, false, 0, true);
+    CLU(1, 3, 16, 12, true, false, 1024, false, 0, true);
 #undef CLU
     CK(cudaFree(master));
     CK(cudaFree(x));
@@ -1001,6 +1035,8 @@ static void run_shape(Shape sh, double copy_bw, double read_bw) {
     CK(cudaFree(rref));
     CK(cudaFree(junk));
     CK(cudaFree(bad));
+    CK(cudaFree(gpart));
+    CK(cudaFree(gflag));
 }
 
 int main(int argc, char **argv) {
