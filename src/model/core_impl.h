@@ -578,16 +578,13 @@ static void att_bwd_kv_jobs(void *vj, int64_t j0, int64_t j1) {
         int64_t rb = jj % aj->nrb, g = jj / aj->nrb % (c->B * nkv),
                 is_k = jj / aj->nrb / (c->B * nkv), b = g / nkv, kh = g % nkv;
         int64_t kv = b * S * kvd + kh * hd;
+        /* dk: scale dS^T q; dv: P^T dO */
+        const R *A = is_k ? c->datt : aj->L->att, *Bm = is_k ? aj->L->q : c->dao;
+        R *D = (is_k ? c->dk : c->dv) + kv, alpha = is_k ? aj->scale : 1;
         for (int64_t h = kh * aj->grp; h < (kh + 1) * aj->grp; h++) {
             int64_t bh = b * aj->nh + h, qo = b * S * qd + h * hd;
-            if (is_k)
-                att_mm(aj, CblasTrans, CblasNoTrans, rb, S, hd, S, aj->scale,
-                       c->datt + bh * S * S, S, aj->L->q + qo, qd, 1,
-                       c->dk + kv, kvd);
-            else
-                att_mm(aj, CblasTrans, CblasNoTrans, rb, S, hd, S, 1,
-                       aj->L->att + bh * S * S, S, c->dao + qo, qd, 1,
-                       c->dv + kv, kvd);
+            att_mm(aj, CblasTrans, CblasNoTrans, rb, S, hd, S, alpha,
+                   A + bh * S * S, S, Bm + qo, qd, 1, D, kvd);
         }
     }
 }
