@@ -717,6 +717,52 @@ TEST(cuda_cluster_layouts_vs_cpu) {
     printf("    worst forward %.0f ulp, worst gradient %.0f ulp\n", g_worst_fwd, g_worst_grad);
 }
 
+/* The group kernel (off by default) under groups of 1 to 8 blocks and
+ * grids of 1 to 3 groups (XENT_CUDA_GROUP forces them; XENT_CUDA_CLUSTER=0
+ * leaves it the small V too), V from 9 to 40000 (partial chunks, slices with no chunk),
+ * aligned and unaligned rows and gradient rows, in place, labels in the
+ * rows' first and last chunks, temperature and z-loss, the special rows,
+ * ignored rows left unread, against the CPU. */
+TEST(cuda_group_layouts_vs_cpu) {
+    if (!gpu_ready()) return;
+    /* C:G; G = 1..3 groups, so each does many rows in turn */
+    const char *plans[] = {"1", "2:1", "3:2", "4", "5:1", "8:3", "7"};
+    const int64_t Vs[] = {9, 100, 1003, 4099, 20011, 40000};
+    char what[160];
+    setenv("XENT_CUDA_CLUSTER", "0", 1);
+    for (int pi = 0; pi < 7; pi++) {
+        setenv("XENT_CUDA_GROUP", plans[pi], 1);
+        for (int v = 0; v < 6; v++)
+            for (int d = 0; d < 2; d++) {
+                const xent_dtype dt = d ? XENT_F16 : XENT_BF16;
+                const xent_dtype gdt = (v + pi) % 3 == 0 ? XENT_DTYPE_COUNT
+                                       : (v + pi + d) % 2 ? dt
+                                                          : (d ? XENT_BF16 : XENT_F16);
+                ccase c = base_case(dt, gdt, xt_sanitizer() ? 8 : 23, Vs[v]);
+                c.ld = Vs[v] + ((v + d) % 2 ? 3 : 0);
+                c.entropy = 0;
+                c.inplace = has_grad(&c) && gdt == dt && (v + d + pi) % 3 == 1;
+                c.goff = has_grad(&c) && !c.inplace && (v + pi) % 2 ? 5 : 0;
+                c.lean = (v + pi + d) % 4 == 0;
+                c.edge_labels = (pi + d) % 2;
+                if (v == 3) { c.o.temperature = 0.7; c.o.z_loss = 1e-4; }
+                cinputs in;
+                fill_inputs(&c, &in);
+                special_rows(&c, &in);
+                snprintf(what, sizeof what, "group %s %s V=%lld ld=%lld%s%s%s", plans[pi],
+                         xent_dtype_name(dt), (long long)c.V, (long long)c.ld,
+                         has_grad(&c) ? (c.inplace ? " grad in place" : " grad") : "",
+                         c.goff ? " (offset)" : "", c.lean ? " lean" : "");
+                check_case_in(what, &c, &in);
+                free_inputs(&in);
+                CHECK_LIMIT(10);
+            }
+    }
+    unsetenv("XENT_CUDA_GROUP");
+    unsetenv("XENT_CUDA_CLUSTER");
+    printf("    worst forward %.0f ulp, worst gradient %.0f ulp\n", g_worst_fwd, g_worst_grad);
+}
+
 TEST(cuda_logprobs_vs_cpu) {
     if (!gpu_ready()) return;
     const int64_t T = 37, V = 5003;
@@ -916,12 +962,14 @@ TEST(cuda_shards_vs_cpu) {
  * form S another way than calls that do not (the loose pass 1 of ce.cu):
  * each kind agrees with itself bitwise, and their nll and lse agree within
  * the fast path's bound (fwd_tol). */
-static void batch_invariance(const char *plan, const char *block, int64_t V) {
+static void batch_invariance(const char *plan, const char *block, const char *group,
+                             int64_t V) {
     if (plan) setenv("XENT_CUDA_CLUSTER", plan, 1);
     if (block) setenv("XENT_CUDA_BLOCK", block, 1);
-    char who[80]; /* names the launch setting in the messages */
-    snprintf(who, sizeof who, "plan %s, block %s, V=%lld", plan ? plan : "default",
-             block ? block : "default", (long long)V);
+    if (group) setenv("XENT_CUDA_GROUP", group, 1);
+    char who[96]; /* names the launch setting in the messages */
+    snprintf(who, sizeof who, "plan %s, block %s, group %s, V=%lld", plan ? plan : "default",
+             block ? block : "default", group ? group : "default", (long long)V);
     const int64_t Ts[] = {1, 5, 64};
     xt_rng_t *r = xt_rng();
     uint16_t *row = malloc(V * 2);
@@ -1076,20 +1124,26 @@ static void batch_invariance(const char *plan, const char *block, int64_t V) {
     free(gurow);
     if (plan) unsetenv("XENT_CUDA_CLUSTER");
     if (block) unsetenv("XENT_CUDA_BLOCK");
+    if (group) unsetenv("XENT_CUDA_GROUP");
 }
 
 TEST(cuda_batch_invariance) {
     if (!gpu_ready()) return;
     /* the default plan at V = 32000: the streaming kernel, one warp a row */
-    batch_invariance(NULL, NULL, 32000);
-    batch_invariance("1", NULL, 32000);  /* the on-chip kernel, one block a row */
-    batch_invariance("4", NULL, 32000);  /* four blocks a row */
-    batch_invariance("4:256:3", NULL, 32000); /* three clusters for all rows */
-    batch_invariance("0", "128", 32000); /* the streaming kernel, four warps a row */
+    batch_invariance(NULL, NULL, NULL, 32000);
+    batch_invariance("1", NULL, NULL, 32000);  /* the on-chip kernel, one block a row */
+    batch_invariance("4", NULL, NULL, 32000);  /* four blocks a row */
+    batch_invariance("4:256:3", NULL, NULL, 32000); /* three clusters for all rows */
+    batch_invariance("0", "128", NULL, 32000); /* the streaming kernel, four warps a row */
     /* blocks of 512 and 1024 threads (kept chunks in the gradient call) */
-    batch_invariance("0", "512", 32000);
-    batch_invariance("0", "1024", 20011);
-    batch_invariance(NULL, NULL, 128256); /* the default at large V: 256 threads */
+    batch_invariance("0", "512", NULL, 32000);
+    batch_invariance("0", "1024", NULL, 20011);
+    batch_invariance(NULL, NULL, NULL, 128256); /* the default at large V: 256 threads */
+    /* the group kernel (calls without entropy): its own plan, four blocks a
+     * row at V = 128256; one group of three for all rows; groups of five */
+    batch_invariance(NULL, NULL, "auto", 128256);
+    batch_invariance("0", NULL, "3:1", 20011);
+    batch_invariance("0", NULL, "5:2", 151936);
 }
 
 /* A bad label: XENT_ERR_LABEL naming row and value, nothing written.

@@ -624,6 +624,11 @@ static int xq_plan(int64_t V, xq_plan_t *pl) {
     return 1;
 }
 
+int xq_takes(int64_t V) {
+    xq_plan_t pl;
+    return xq_plan(V, &pl);
+}
+
 template <class In, int OUT, bool EXTRA>
 static int xq_go(const xc_params *p, const xq_plan_t &pl, cudaStream_t s) {
     void (*kern)(const xc_params, const int) = xq_row_kernel<In, OUT, EXTRA>;

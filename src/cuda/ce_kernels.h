@@ -105,6 +105,14 @@ int xc_launch_rows(const xc_params *p, int block, void *stream);
 /* The on-chip kernel (ce_cluster.cu), or -1 when it does not apply (other
  * dtypes or modes, softcap, an fp32 gradient, V too large). */
 int xq_launch_rows(const xc_params *p, void *stream);
+/* The on-chip kernel's plan takes rows of V columns (16-bit logits). */
+int xq_takes(int64_t V);
+/* The group kernel (ce_group.cu) for a forward call (with or without a
+ * gradient; rows finished inside it) when XENT_CUDA_GROUP asks for it, or
+ * -1 when it does not apply (not asked, other dtypes, modes or options, V
+ * in the on-chip kernel's range, a GPU without bulk copies or cooperative
+ * launches). */
+int xg_launch_rows(const xc_params *p, void *stream);
 /* The label pass into rec (zeroed first, with p->acc when set). */
 int xc_launch_labels(const xc_params *p, xc_label_rec *rec, void *stream);
 int xc_launch_combine(const xc_params *p, void *stream);
