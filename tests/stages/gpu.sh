@@ -30,8 +30,9 @@ hazards() {
 # mbarrier, and the finished rows' constants are rewritten only after a
 # chain of arrive and wait through the copying thread; the tool reports
 # those accesses as hazards (counted and printed, not failed; memcheck
-# covers the kernel). Any hazard in another kernel fails. (Seen on an H200: with --kernel-name-exclude kns=nvjet instead, the
-# tests hit illegal addresses under racecheck, so those kernels stay in.)
+# covers the kernel). Any hazard in another kernel fails. (Seen on an
+# H200: with --kernel-name-exclude kns=nvjet instead, the tests hit illegal
+# addresses under racecheck, so those kernels stay in.)
 for tool in memcheck racecheck; do
     log=/tmp/xent_gpu_$tool.log
     if [ $tool = memcheck ]; then
