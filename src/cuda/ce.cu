@@ -697,10 +697,7 @@ __global__ void __launch_bounds__(1024) xc_row_kernel(const xc_params k) {
                     z.target = NAN;
                     k.rowstat[r] = z;
                 } else {
-                    xc_out o;
-                    o.lse = o.nll = o.entropy = o.loss = 0;
-                    o.counted = o.nonfinite = 0;
-                    xc_emit(k, r, o);
+                    xc_emit_unread(k, r);
                 }
             }
             if (grow) xc_pass2_const(k.V, 1, -1, 0, grow, k.grad_dtype, xc_policy_first());

@@ -61,7 +61,6 @@
 #define XG_PIECE 16384u          /* bytes a bulk copy at most                 */
 static_assert(XG_NF == XG_S, "finisher f waits on slot f alone, phase after phase");
 static_assert(XG_XB % XG_NF == 0, "fin[e] is signalled by one finisher, in turn");
-static_assert(XG_D >= 2, "an exchange entry is reused only after it was read");
 
 /* The group's exchange in global memory (zeroed before each launch): entry
  * e of group g holds the C slices' statistics of the group's rows e, e +
@@ -465,15 +464,11 @@ __device__ void xg_finish_rows(const xc_params &k, const xg_args &g, int rank, i
         xc_gconst &gc = gcs[e];
         if (xg_skip(k, w)) {
             /* nothing was published for the row: done with the entry */
-            if (rank == 0) {
-                xc_out o;
-                o.lse = o.nll = o.entropy = o.loss = 0;
-                o.counted = o.nonfinite = 0;
-                xc_emit(k, r, o);
-            }
             gc.kind = 1;
             gc.tl = -1;
             gc.tbits = 0;
+            if (OUT) xg_mb_arrive(&fin[e]);
+            if (rank == 0) xc_emit_unread(k, r);
         } else {
             xent_ce_partial parts[XG_MAX_C];
             xc_rowstat rs[XG_MAX_C];
@@ -488,7 +483,6 @@ __device__ void xg_finish_rows(const xc_params &k, const xg_args &g, int rank, i
             if (OUT) xg_mb_arrive(&fin[e]);
             if (rank == 0) xc_emit(k, r, o);
         }
-        if (OUT && xg_skip(k, w)) xg_mb_arrive(&fin[e]);
         xg_add_release(&g.used[ent]); /* after the entry's values were used */
     }
 }

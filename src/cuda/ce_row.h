@@ -207,6 +207,15 @@ static __device__ void xc_emit(const xc_params &k, int64_t r, const xc_out &o) {
     }
 }
 
+/* An ignored row whose logits no asked output reads (skip_ignored): loss,
+ * nll and log-probability 0, as xc_finish gives them; not counted. */
+static __device__ void xc_emit_unread(const xc_params &k, int64_t r) {
+    xc_out o;
+    o.lse = o.nll = o.entropy = o.loss = 0;
+    o.counted = o.nonfinite = 0;
+    xc_emit(k, r, o);
+}
+
 /* The upstream gradient of row r (before the chain factor). */
 __device__ __forceinline__ double xc_row_scale(const xc_params &k, int64_t r) {
     if (k.reduction == XENT_REDUCE_NONE)
