@@ -1,5 +1,5 @@
 /* src/cuda/ce_group.cu: the group kernel, off unless XENT_CUDA_GROUP asks
- * for it (it measured slower than the streaming kernel of ce.cu: see
+ * for it (forward-only it runs at half the streaming kernel's speed: see
  * xg_plan). bf16/f16 logits on the fast path (no softcap, no entropy, no
  * label smoothing; gradient bf16/f16 or none), forward with or without the
  * gradient. Each row is read from memory once.
@@ -23,12 +23,13 @@
  *           and the slot goes back to the producer;
  *   publisher (one thread) stores each row's statistics in the group's
  *           exchange in global memory (xg_args);
- *   finishers (XG_NF threads, finisher f the rows of slot f) wait for the
- *           C slices' statistics of each row and finish it as
- *           xent_ce_combine combines shards (xc_finish, in rank order, so
- *           every block of the group gets the same bits); block 0 of the
- *           group writes the outputs, and every block forms the gradient's
- *           constants for its pass 2.
+ *   finishers (XG_NF warps, finisher f the rows of slot f) wait for the
+ *           C slices' statistics of each row (lane q polls slice q's) and
+ *           finish it as xent_ce_combine combines shards (xc_finish's
+ *           arithmetic: each lane rescales its slice, lane 0 adds them in
+ *           rank order and finishes, so every block of the group gets the
+ *           same bits); block 0 of the group writes the outputs, and every
+ *           block forms the gradient's constants for its pass 2.
  * So the exchange and the finish in double run while the consumers work on
  * the next row, and the copies of the rows after it are in flight.
  *
@@ -143,43 +144,6 @@ __device__ __forceinline__ void xg_st_rec(xg_rec *p, const xc_rowstat &rs, unsig
     asm volatile("st.relaxed.gpu.global.v2.b64 [%0], {%1, %2};" ::"l"(p->w + 2), "l"(t | v[2]),
                  "l"(t | v[3])
                  : "memory");
-}
-/* The C records at p once every word carries tag, four at a time: all
- * loads of a round issued before any is tested (one round trip a round,
- * not one a record). */
-#define XG_LDB 4
-__device__ __forceinline__ void xg_ld_recs(const xg_rec *p, int C, unsigned tag,
-                                           xc_rowstat *rs) {
-    for (int q0 = 0; q0 < C; q0 += XG_LDB) {
-        unsigned long long w[XG_LDB][4];
-        for (;;) {
-            bool ok = true;
-#pragma unroll
-            for (int q = 0; q < XG_LDB; q++) {
-                if (q0 + q >= C) break;
-                asm volatile("ld.relaxed.gpu.global.v2.b64 {%0, %1}, [%2];"
-                             : "=l"(w[q][0]), "=l"(w[q][1]) : "l"(p[q0 + q].w) : "memory");
-                asm volatile("ld.relaxed.gpu.global.v2.b64 {%0, %1}, [%2];"
-                             : "=l"(w[q][2]), "=l"(w[q][3]) : "l"(p[q0 + q].w + 2) : "memory");
-            }
-#pragma unroll
-            for (int q = 0; q < XG_LDB; q++) {
-                if (q0 + q >= C) break;
-#pragma unroll
-                for (int x = 0; x < 4; x++) ok = ok && (unsigned)(w[q][x] >> 32) == tag;
-            }
-            if (ok) break;
-        }
-#pragma unroll
-        for (int q = 0; q < XG_LDB; q++) {
-            if (q0 + q >= C) break;
-            const uint32_t mx = (uint32_t)w[q][0], tg = (uint32_t)w[q][1];
-            const uint64_t s = (uint64_t)(uint32_t)w[q][2] | (uint64_t)(uint32_t)w[q][3] << 32;
-            memcpy(&rs[q0 + q].max, &mx, 4);
-            memcpy(&rs[q0 + q].target, &tg, 4);
-            memcpy(&rs[q0 + q].sum, &s, 8);
-        }
-    }
 }
 /* the consumers' barrier (named barrier 1, XG_NCT threads) */
 __device__ __forceinline__ void xg_bar() {
@@ -442,15 +406,82 @@ __device__ void xg_publish_rows(const xc_params &k, const xg_args &g, int rank, 
     }
 }
 
-/* Finisher f of XG_NF: rows i = f, f + XG_NF, ... (the rows of slot f),
- * each once its group's C statistics are in; the outputs (block 0 of the
- * group), the gradient's constants into gcs[i % XG_XB] (OUT != 0), then
- * fin[i % XG_XB]; then the entry is counted read. */
+/* Lane q < C of a finisher warp: the record of slice q at p once every
+ * word carries tag (relaxed loads, polled by every such lane at once);
+ * the warp goes on when all C are in. */
+__device__ __forceinline__ xc_rowstat xg_ld_rec_lane(const xg_rec *p, int C, unsigned tag,
+                                                     int lane) {
+    unsigned long long w[4] = {0, 0, 0, 0};
+    bool ok = lane >= C;
+    while (!__all_sync(0xFFFFFFFFu, ok)) {
+        if (ok) continue;
+        asm volatile("ld.relaxed.gpu.global.v2.b64 {%0, %1}, [%2];"
+                     : "=l"(w[0]), "=l"(w[1]) : "l"(p[lane].w) : "memory");
+        asm volatile("ld.relaxed.gpu.global.v2.b64 {%0, %1}, [%2];"
+                     : "=l"(w[2]), "=l"(w[3]) : "l"(p[lane].w + 2) : "memory");
+        ok = true;
+#pragma unroll
+        for (int x = 0; x < 4; x++) ok = ok && (unsigned)(w[x] >> 32) == tag;
+    }
+    xc_rowstat rs;
+    const uint32_t mx = (uint32_t)w[0], tg = (uint32_t)w[1];
+    const uint64_t s = (uint64_t)(uint32_t)w[2] | (uint64_t)(uint32_t)w[3] << 32;
+    memcpy(&rs.max, &mx, 4);
+    memcpy(&rs.target, &tg, 4);
+    memcpy(&rs.sum, &s, 8);
+    return rs;
+}
+
+/* xc_finish's combine of the C slices' statistics (lane q holds slice
+ * q's), spread over the warp: each lane rescales its own slice (one exp
+ * for all C), then lane 0 adds them in rank order, so the result has
+ * xc_finish's bits. Lane 0's is the row's. */
+__device__ __forceinline__ xc_comb xg_comb_warp(const xc_params &k, const xc_rowstat &rs, int C,
+                                                int lane) {
+    const unsigned all = 0xFFFFFFFFu;
+    const xent_ce_partial p = xc_partial_of(rs);
+    const bool in = lane < C, live = in && p.max != -INFINITY;
+    xc_comb c;
+    c.nonfinite = __any_sync(all, in && (p.flags & 2)) ? 1 : 0;
+    const unsigned own = __ballot_sync(all, in && (p.flags & 1));
+    c.owners = __popc(own);
+    c.target = __shfl_sync(all, p.target, own ? 31 - __clz(own) : 0); /* the last, as xc_finish */
+    double M = live ? xc_tr(k, p.max) : -INFINITY;
+    const double mk = M;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const double v = __shfl_xor_sync(all, M, o);
+        M = v > M ? v : M;
+    }
+    c.M = M;
+    const double off = live ? mk - M : 0.0; /* <= 0 */
+    const double f = off == 0 ? 1.0 : exp(off);
+    const double val = f * (p.sum + 1.0), sx = f * (p.sumx + off * (p.sum + 1.0));
+    c.top = c.rest = c.SX = c.Z = 0;
+    c.have_top = 0;
+    for (int q = 0; q < C; q++) { /* rank order */
+        const int lq = __shfl_sync(all, live ? (off == 0 ? 2 : 1) : 0, q);
+        const double sq = __shfl_sync(all, p.sum, q), vq = __shfl_sync(all, val, q);
+        const double xq = __shfl_sync(all, sx, q), zq = __shfl_sync(all, p.zsum, q);
+        c.Z += zq;
+        if (!lq) continue;
+        if (lq == 2 && !c.have_top) { c.top = sq; c.have_top = 1; }
+        else c.rest += vq;
+        c.SX += xq;
+    }
+    return c;
+}
+
+/* Finisher warp f of XG_NF: rows i = f, f + XG_NF, ... (the rows of slot
+ * f), each once its group's C statistics are in; the outputs (block 0 of
+ * the group), the gradient's constants into gcs[i % XG_XB] (OUT != 0),
+ * then fin[i % XG_XB]; then the entry is counted read. Lane q reads slice
+ * q's record; lane 0 finishes. */
 template <int OUT>
 __device__ void xg_finish_rows(const xc_params &k, const xg_args &g, int rank, int64_t grp,
                                int64_t G, int64_t nrows, int f, xc_gconst *gcs, uint64_t *fin,
                                uint64_t *full) {
-    const int C = g.C;
+    const int C = g.C, lane = threadIdx.x & 31;
     xc_row wn = xc_row_info(k, f < nrows ? grp + f * G : 0); /* a row ahead */
     for (int64_t i = f; i < nrows; i += XG_NF) {
         const int64_t r = grp + i * G, ent = grp * XG_D + i % XG_D;
@@ -464,26 +495,31 @@ __device__ void xg_finish_rows(const xc_params &k, const xg_args &g, int rank, i
         xc_gconst &gc = gcs[e];
         if (xg_skip(k, w)) {
             /* nothing was published for the row: done with the entry */
-            gc.kind = 1;
-            gc.tl = -1;
-            gc.tbits = 0;
-            if (OUT) xg_mb_arrive(&fin[e]);
-            if (rank == 0) xc_emit_unread(k, r);
-        } else {
-            xent_ce_partial parts[XG_MAX_C];
-            xc_rowstat rs[XG_MAX_C];
-            xg_ld_recs(&g.part[ent * C], C, (unsigned)(i / XG_D + 1), rs);
-            float zt = 0.f;
-            for (int q = 0; q < C; q++) {
-                parts[q] = xc_partial_of(rs[q]);
-                if (parts[q].flags & 1) zt = (float)parts[q].target;
+            if (lane == 0) {
+                gc.kind = 1;
+                gc.tl = -1;
+                gc.tbits = 0;
+                if (OUT) xg_mb_arrive(&fin[e]);
+                if (rank == 0) xc_emit_unread(k, r);
             }
-            const xc_out o = xc_finish(k, w, parts, C, 1);
-            if (OUT) xc_grad_consts(k, w, o.lse, o.nll, o.nonfinite, zt, true, gc);
-            if (OUT) xg_mb_arrive(&fin[e]);
-            if (rank == 0) xc_emit(k, r, o);
+        } else {
+            /* the row's upstream gradient, loaded while the records come */
+            const double gk = OUT && lane == 0 && w.counted ? xc_row_scale(k, w.r) : 0.0;
+            const xc_rowstat rs =
+                xg_ld_rec_lane(&g.part[ent * C], C, (unsigned)(i / XG_D + 1), lane);
+            const xc_comb c = xg_comb_warp(k, rs, C, lane);
+            if (lane == 0) {
+                const xc_out o = xc_finish_comb(k, w, c);
+                if (OUT) {
+                    xc_grad_consts(k, w, o.lse, o.nll, o.nonfinite, (float)c.target, true, gc,
+                                   true, gk);
+                    xg_mb_arrive(&fin[e]);
+                }
+                if (rank == 0) xc_emit(k, r, o);
+            }
         }
-        xg_add_release(&g.used[ent]); /* after the entry's values were used */
+        if (lane == 0) xg_add_release(&g.used[ent]); /* after the entry's values were used */
+        __syncwarp();
     }
 }
 
@@ -559,8 +595,7 @@ __global__ void __launch_bounds__(XG_THREADS, 1) xg_row_kernel(const xc_params k
         return;
     }
     if (warp > XG_NC + 1) {
-        if (lane == 0)
-            xg_finish_rows<OUT>(k, g, rank, grp, G, nrows, warp - XG_NC - 2, gcs, fin, full);
+        xg_finish_rows<OUT>(k, g, rank, grp, G, nrows, warp - XG_NC - 2, gcs, fin, full);
         return;
     }
     const uint64_t pol = xc_policy_first();
@@ -606,9 +641,11 @@ __global__ void __launch_bounds__(XG_THREADS, 1) xg_row_kernel(const xc_params k
 /* ------------------------------------------------------------------ */
 
 /* The plan for V: C blocks a row, P chunks a slice, at most Gmax groups (0:
- * as many as fit). The kernel is off unless XENT_CUDA_GROUP asks for it: it
- * measured slower than the streaming kernel (docs/cuda.md, bench/RESULTS.md,
- * 2026-12-03). XENT_CUDA_GROUP=auto: C the fewest with P <= XG_MAX_P, for V
+ * as many as fit). The kernel is off unless XENT_CUDA_GROUP asks for it: with
+ * a gradient it measured 2.5-18% faster than the streaming kernel at V =
+ * 128256 and 151936 but slower at 32000, and forward-only (which must take
+ * the same kernel, for the same bits) half as fast (docs/cuda.md,
+ * bench/RESULTS.md, 2026-12-03 17:20 UTC). XENT_CUDA_GROUP=auto: C the fewest with P <= XG_MAX_P, for V
  * from XG_MIN_V (below it the on-chip kernel takes the rows); =C[:G] forces
  * C (1 to XG_MAX_C) and caps the groups (for the tests); 0 or unset: off.
  * Returns 0 when the kernel does not apply. */

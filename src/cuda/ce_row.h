@@ -83,68 +83,85 @@ struct xc_out {
     int counted, nonfinite;
 };
 
-/* parts: S partials of this row, `stride` apart. The same formulas as the
- * CPU's combine (src/cpu/ce.c), in double. */
-static __device__ xc_out xc_finish(const xc_params &k, const xc_row &w,
-                            const xent_ce_partial *parts, int S,
-                            int64_t stride) {
+/* A row's partial statistics combined (xc_finish's first half): the
+ * largest transformed max M; the sums rescaled to it, in rank order: top
+ * (S - 1 of the first part at M), rest (f (S_q + 1) of the others), SX and
+ * Z; the target's logit and its owners; the non-finite flag. */
+struct xc_comb {
+    double M, target, top, rest, SX, Z;
+    int owners, have_top, nonfinite;
+};
+
+/* The row's outputs from its combined statistics c (xc_finish's second
+ * half). The same formulas as the CPU's combine (src/cpu/ce.c), in
+ * double. */
+static __device__ xc_out xc_finish_comb(const xc_params &k, const xc_row &w, xc_comb c) {
     xc_out o;
     o.lse = o.nll = o.entropy = o.loss = 0;
     o.counted = w.counted;
-    o.nonfinite = w.bad;
-    double M = -INFINITY, target = 0;
-    int owners = 0;
-    for (int s = 0; s < S; s++) {
-        const xent_ce_partial *p = parts + (int64_t)s * stride;
-        if (p->flags & 2) o.nonfinite = 1;
-        if (p->flags & 1) { target = p->target; owners++; }
-        if (p->max != -INFINITY) {
-            double mk = xc_tr(k, p->max);
-            M = mk > M ? mk : M;
-        }
-    }
+    o.nonfinite = w.bad || c.nonfinite;
     /* a target claimed by no shard or by two (unchecked combine): NaN row */
-    if (!w.bad && owners != (w.counted ? 1 : 0)) o.nonfinite = 1;
+    if (!w.bad && c.owners != (w.counted ? 1 : 0)) o.nonfinite = 1;
     if (o.nonfinite) {
         o.lse = o.entropy = NAN;
         o.nll = o.loss = w.counted ? NAN : 0.0;
         return o;
     }
-    double top = 0, rest = 0, SX = 0, Z = 0;
-    int have_top = 0;
-    for (int s = 0; s < S; s++) {
-        const xent_ce_partial *p = parts + (int64_t)s * stride;
-        Z += p->zsum;
-        if (p->max == -INFINITY) continue;
-        double off = xc_tr(k, p->max) - M; /* <= 0 */
-        double f = off == 0 ? 1.0 : exp(off);
-        if (off == 0 && !have_top) { top = p->sum; have_top = 1; }
-        else rest += f * (p->sum + 1.0);
-        SX += f * (p->sumx + off * (p->sum + 1.0));
-    }
-    const double Sm1 = have_top ? top + rest : -1.0, Ssum = Sm1 + 1.0;
+    const double M = c.M;
+    const double Sm1 = c.have_top ? c.top + c.rest : -1.0, Ssum = Sm1 + 1.0;
     double L;
-    if (w.counted && owners) {
-        double zt = xc_tr(k, target);
+    if (w.counted && c.owners) {
+        double zt = xc_tr(k, c.target);
         double logS = Ssum > 0 ? log1p(Sm1) : -INFINITY;
         double d = (M - zt) + logS; /* lse over j != t, minus z'_t */
         o.nll = xc_softplus(d);
         o.lse = zt + o.nll;
         if (k.entropy) { /* only when asked: three more transcendentals */
             L = logS + xc_softplus(-d);
-            double nontarget_h = Ssum > 0 ? exp(-L) * (L * Ssum - SX) : 0.0;
+            double nontarget_h = Ssum > 0 ? exp(-L) * (L * Ssum - c.SX) : 0.0;
             o.entropy = nontarget_h + exp(-o.nll) * o.nll;
         }
-        o.loss = (1.0 - k.eps) * o.nll + k.eps * (o.lse - Z / (double)k.vocab_total) +
+        o.loss = (1.0 - k.eps) * o.nll + k.eps * (o.lse - c.Z / (double)k.vocab_total) +
                  k.z_loss * o.lse * o.lse;
     } else {
         L = log1p(Sm1);
         o.lse = M + L;
         o.nll = 0;
-        o.entropy = L - SX / Ssum;
+        o.entropy = L - c.SX / Ssum;
         o.loss = 0;
     }
     return o;
+}
+
+/* parts: S partials of this row, `stride` apart, combined in rank order. */
+static __device__ xc_out xc_finish(const xc_params &k, const xc_row &w,
+                            const xent_ce_partial *parts, int S,
+                            int64_t stride) {
+    xc_comb c;
+    c.M = -INFINITY;
+    c.target = c.top = c.rest = c.SX = c.Z = 0;
+    c.owners = c.have_top = c.nonfinite = 0;
+    for (int s = 0; s < S; s++) {
+        const xent_ce_partial *p = parts + (int64_t)s * stride;
+        if (p->flags & 2) c.nonfinite = 1;
+        if (p->flags & 1) { c.target = p->target; c.owners++; }
+        if (p->max != -INFINITY) {
+            double mk = xc_tr(k, p->max);
+            c.M = mk > c.M ? mk : c.M;
+        }
+    }
+    if (!c.nonfinite && !w.bad)
+        for (int s = 0; s < S; s++) {
+            const xent_ce_partial *p = parts + (int64_t)s * stride;
+            c.Z += p->zsum;
+            if (p->max == -INFINITY) continue;
+            double off = xc_tr(k, p->max) - c.M; /* <= 0 */
+            double f = off == 0 ? 1.0 : exp(off);
+            if (off == 0 && !c.have_top) { c.top = p->sum; c.have_top = 1; }
+            else c.rest += f * (p->sum + 1.0);
+            c.SX += f * (p->sumx + off * (p->sum + 1.0));
+        }
+    return xc_finish_comb(k, w, c);
 }
 
 /* A block's row statistics to 16 bytes and back (xc_rowstat: exact for
@@ -276,11 +293,12 @@ __device__ __forceinline__ uint32_t xc_target_bits(const xc_params &k, double g,
  * xc_target_bits from gc.g, gc.lse and gc.nll). */
 static __device__ void xc_grad_consts(const xc_params &k, const xc_row &w, double lse,
                                double nll, int nonfinite, float zt_raw,
-                               bool fast, xc_gconst &gc, bool with_target = true) {
+                               bool fast, xc_gconst &gc, bool with_target = true,
+                               double g_known = NAN) {
     gc.tl = w.tl;
     gc.gm = XC_GM_WIDE;
     gc.R = gc.c2 = gc.b = gc.A = gc.B = gc.K = 0.f;
-    gc.g = w.counted ? xc_row_scale(k, w.r) : 0.0;
+    gc.g = g_known == g_known ? g_known : (w.counted ? xc_row_scale(k, w.r) : 0.0);
     /* ignored rows and a zero upstream gradient: zeros (as the CPU) */
     gc.kind = gc.g == 0 ? 1 : (nonfinite ? 2 : 0);
     gc.lse = lse;
