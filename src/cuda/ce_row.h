@@ -290,7 +290,9 @@ __device__ __forceinline__ uint32_t xc_target_bits(const xc_params &k, double g,
 }
 
 /* with_target = false: gc.tbits is left 0 (the caller forms it with
- * xc_target_bits from gc.g, gc.lse and gc.nll). */
+ * xc_target_bits from gc.g, gc.lse and gc.nll). g_known: the row's upstream
+ * gradient (0 for an ignored row) when the caller has loaded it ahead; NaN:
+ * loaded here. */
 static __device__ void xc_grad_consts(const xc_params &k, const xc_row &w, double lse,
                                double nll, int nonfinite, float zt_raw,
                                bool fast, xc_gconst &gc, bool with_target = true,
