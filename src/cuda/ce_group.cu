@@ -645,9 +645,10 @@ __global__ void __launch_bounds__(XG_THREADS, 1) xg_row_kernel(const xc_params k
  * a gradient it measured 2.5-18% faster than the streaming kernel at V =
  * 128256 and 151936 but slower at 32000, and forward-only (which must take
  * the same kernel, for the same bits) half as fast (docs/cuda.md,
- * bench/RESULTS.md, 2026-12-03 17:20 UTC). XENT_CUDA_GROUP=auto: C the fewest with P <= XG_MAX_P, for V
- * from XG_MIN_V (below it the on-chip kernel takes the rows); =C[:G] forces
- * C (1 to XG_MAX_C) and caps the groups (for the tests); 0 or unset: off.
+ * bench/RESULTS.md, 2026-12-03 17:20 UTC). XENT_CUDA_GROUP=auto: C the
+ * fewest with P <= XG_MAX_P, for V from XG_MIN_V (below it the on-chip
+ * kernel takes the rows); =C[:G] forces C (1 to XG_MAX_C) and caps the
+ * groups (for the tests); 0 or unset: off.
  * Returns 0 when the kernel does not apply. */
 struct xg_plan_t {
     int C, P, Gmax;
