@@ -21,6 +21,10 @@ extern "C" {
 /* Checks every field of the cross-entropy options for a call over V
  * columns (src/cpu/ce.c); the CPU and CUDA entry points share it. */
 xent_status xent__ce_check_opts(const xent_ce_opts *o, int64_t V);
+/* For the tests: the calls the CUDA group kernel ran, and those it handed
+ * to the streaming kernel after its plan applied because the device could
+ * not host it (src/cuda/ce_group.cu; both 0 in a build without CUDA). */
+void xent__cuda_group_counts(unsigned long long *ran, unsigned long long *declined);
 #ifdef __cplusplus
 }
 #endif

@@ -17,6 +17,7 @@
 
 #ifdef XENT_WITH_CUDA
 #include "cuda_harness.h"
+#include "xent_internal.h"
 
 /* ------------------------------------------------------------------ */
 /* Helpers                                                             */
@@ -722,16 +723,25 @@ TEST(cuda_cluster_layouts_vs_cpu) {
  * leaves it the small V too), V from 9 to 40000 (partial chunks, slices with no chunk),
  * aligned and unaligned rows and gradient rows, in place, labels in the
  * rows' first and last chunks, temperature and z-loss, the special rows,
- * ignored rows left unread, against the CPU. */
+ * ignored rows left unread, against the CPU; on Hopper, that the kernel
+ * ran under every plan and never handed a call back. */
 TEST(cuda_group_layouts_vs_cpu) {
     if (!gpu_ready()) return;
     /* C:G; G = 1..3 groups, so each does many rows in turn */
     const char *plans[] = {"1", "2:1", "3:2", "4", "5:1", "8:3", "7"};
     const int64_t Vs[] = {9, 100, 1003, 4099, 20011, 40000};
     char what[160];
+    /* a Hopper GPU hosts every plan here: the kernel must run under each,
+     * and no call may go to the streaming kernel once its plan applied
+     * (elsewhere it may, for want of shared memory or cooperative launch) */
+    int dev = 0, major = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    unsigned long long ran0, declined0, ran1, declined1;
     setenv("XENT_CUDA_CLUSTER", "0", 1);
     for (int pi = 0; pi < 7; pi++) {
         setenv("XENT_CUDA_GROUP", plans[pi], 1);
+        xent__cuda_group_counts(&ran0, &declined0);
         for (int v = 0; v < 6; v++)
             for (int d = 0; d < 2; d++) {
                 const xent_dtype dt = d ? XENT_F16 : XENT_BF16;
@@ -757,6 +767,13 @@ TEST(cuda_group_layouts_vs_cpu) {
                 free_inputs(&in);
                 CHECK_LIMIT(10);
             }
+        xent__cuda_group_counts(&ran1, &declined1);
+        if (major == 9) {
+            CHECK(ran1 > ran0, "group %s: the group kernel ran in no call", plans[pi]);
+            CHECK(declined1 == declined0,
+                  "group %s: %llu calls went to the streaming kernel after the plan applied",
+                  plans[pi], declined1 - declined0);
+        }
     }
     unsetenv("XENT_CUDA_GROUP");
     unsetenv("XENT_CUDA_CLUSTER");
