@@ -454,20 +454,15 @@ __device__ __forceinline__ xc_comb xg_comb_warp(const xc_params &k, const xc_row
         M = v > M ? v : M;
     }
     c.M = M;
-    const double off = live ? mk - M : 0.0; /* <= 0 */
-    const double f = off == 0 ? 1.0 : exp(off);
-    const double val = f * (p.sum + 1.0), sx = f * (p.sumx + off * (p.sum + 1.0));
+    const xc_scaled sc = xc_part_scaled(live ? mk - M : 0.0, p.sum, p.sumx);
     c.top = c.rest = c.SX = c.Z = 0;
     c.have_top = 0;
     for (int q = 0; q < C; q++) { /* rank order */
-        const int lq = __shfl_sync(all, live ? (off == 0 ? 2 : 1) : 0, q);
-        const double sq = __shfl_sync(all, p.sum, q), vq = __shfl_sync(all, val, q);
-        const double xq = __shfl_sync(all, sx, q), zq = __shfl_sync(all, p.zsum, q);
+        const int lq = __shfl_sync(all, live ? (sc.off == 0 ? 2 : 1) : 0, q);
+        const double sq = __shfl_sync(all, p.sum, q), vq = __shfl_sync(all, sc.val, q);
+        const double xq = __shfl_sync(all, sc.sx, q), zq = __shfl_sync(all, p.zsum, q);
         c.Z += zq;
-        if (!lq) continue;
-        if (lq == 2 && !c.have_top) { c.top = sq; c.have_top = 1; }
-        else c.rest += vq;
-        c.SX += xq;
+        if (lq) xc_comb_add(c, lq == 2, sq, vq, xq);
     }
     return c;
 }

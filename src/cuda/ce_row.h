@@ -92,6 +92,31 @@ struct xc_comb {
     int owners, have_top, nonfinite;
 };
 
+/* One part's sums rescaled to the row's max: off = M_part - M (<= 0, in
+ * transformed units), val = f (S_part + 1) and sx = f (SX_part + off
+ * (S_part + 1)), f = exp(off). xc_finish's step for each part, and the
+ * group kernel's finisher's for each slice (ce_group.cu), so that the two
+ * give the same bits. */
+struct xc_scaled {
+    double off, val, sx;
+};
+__device__ __forceinline__ xc_scaled xc_part_scaled(double off, double sum, double sumx) {
+    xc_scaled q;
+    q.off = off;
+    const double f = off == 0 ? 1.0 : exp(off);
+    q.val = f * (sum + 1.0);
+    q.sx = f * (sumx + off * (sum + 1.0));
+    return q;
+}
+/* A part with a finite max into c, in rank order: the first part at the
+ * max gives top (its S - 1, exact), every other one rest. */
+__device__ __forceinline__ void xc_comb_add(xc_comb &c, bool at_max, double sum, double val,
+                                            double sx) {
+    if (at_max && !c.have_top) { c.top = sum; c.have_top = 1; }
+    else c.rest += val;
+    c.SX += sx;
+}
+
 /* The row's outputs from its combined statistics c (xc_finish's second
  * half). The same formulas as the CPU's combine (src/cpu/ce.c), in
  * double. */
@@ -155,11 +180,8 @@ static __device__ xc_out xc_finish(const xc_params &k, const xc_row &w,
             const xent_ce_partial *p = parts + (int64_t)s * stride;
             c.Z += p->zsum;
             if (p->max == -INFINITY) continue;
-            double off = xc_tr(k, p->max) - c.M; /* <= 0 */
-            double f = off == 0 ? 1.0 : exp(off);
-            if (off == 0 && !c.have_top) { c.top = p->sum; c.have_top = 1; }
-            else c.rest += f * (p->sum + 1.0);
-            c.SX += f * (p->sumx + off * (p->sum + 1.0));
+            const xc_scaled q = xc_part_scaled(xc_tr(k, p->max) - c.M, p->sum, p->sumx);
+            xc_comb_add(c, q.off == 0, p->sum, q.val, q.sx);
         }
     return xc_finish_comb(k, w, c);
 }
