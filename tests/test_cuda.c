@@ -735,8 +735,11 @@ TEST(cuda_group_layouts_vs_cpu) {
      * and no call may go to the streaming kernel once its plan applied
      * (elsewhere it may, for want of shared memory or cooperative launch) */
     int dev = 0, major = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    const cudaError_t qe = cudaGetDevice(&dev) == cudaSuccess
+                               ? cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev)
+                               : cudaErrorUnknown;
+    CHECK(qe == cudaSuccess, "the device's compute capability could not be read: %s",
+          cudaGetErrorString(qe));
     unsigned long long ran0, declined0, ran1, declined1;
     setenv("XENT_CUDA_CLUSTER", "0", 1);
     for (int pi = 0; pi < 7; pi++) {
