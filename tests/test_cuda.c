@@ -538,24 +538,31 @@ TEST(cuda_loose_reference_vs_cpu) {
     const int64_t Vs[] = {40000, 128256};
     const double taus[] = {1.0, 50.0, 0.5};
     char what[160];
-    for (int d = 0; d < 2; d++)
-        for (int v = 0; v < 2; v++)
-            for (int ti = 0; ti < 3; ti++)
-                for (int g = 0; g < 2; g++) {
-                    const xent_dtype dt = d ? XENT_F16 : XENT_BF16;
-                    ccase c = base_case(dt, g ? dt : XENT_DTYPE_COUNT, xt_sanitizer() ? 5 : 15,
-                                        Vs[v]);
-                    c.entropy = 0;
-                    c.o.temperature = taus[ti];
-                    cinputs in;
-                    fill_inputs(&c, &in);
-                    loose_rows(&c, &in);
-                    snprintf(what, sizeof what, "loose %s V=%lld tau %g%s", xent_dtype_name(dt),
-                             (long long)c.V, taus[ti], g ? " grad" : "");
-                    check_case_in(what, &c, &in);
-                    free_inputs(&in);
-                    CHECK_LIMIT(10);
-                }
+    /* both kernels of the loose form: the streaming kernel (a reference a
+     * thread) and the group kernel (a reference a warp) */
+    for (int grp = 0; grp < 2; grp++) {
+        if (grp) setenv("XENT_CUDA_GROUP", "auto", 1);
+        for (int d = 0; d < 2; d++)
+            for (int v = 0; v < 2; v++)
+                for (int ti = 0; ti < 3; ti++)
+                    for (int g = 0; g < 2; g++) {
+                        const xent_dtype dt = d ? XENT_F16 : XENT_BF16;
+                        ccase c = base_case(dt, g ? dt : XENT_DTYPE_COUNT,
+                                            xt_sanitizer() ? 5 : 15, Vs[v]);
+                        c.entropy = 0;
+                        c.o.temperature = taus[ti];
+                        cinputs in;
+                        fill_inputs(&c, &in);
+                        loose_rows(&c, &in);
+                        snprintf(what, sizeof what, "loose %s V=%lld tau %g%s%s",
+                                 xent_dtype_name(dt), (long long)c.V, taus[ti],
+                                 g ? " grad" : "", grp ? " (group kernel)" : "");
+                        check_case_in(what, &c, &in);
+                        free_inputs(&in);
+                        CHECK_LIMIT(10);
+                    }
+        unsetenv("XENT_CUDA_GROUP");
+    }
     printf("    worst forward %.0f ulp, worst gradient %.0f ulp\n", g_worst_fwd, g_worst_grad);
 }
 

@@ -17,12 +17,15 @@
  *           ahead of pass 1;
  *   consumers (XG_NC warps) run pass 1 of row j from its slot (the loose
  *           form of ce_pass1.h, thread t of XG_NCT owning the slice's
- *           chunks t, t + XG_NCT, ...), combine their sums into the slice's
- *           statistics (xent_ce_partial, 16 bytes as xc_rowstat) and hand
- *           them to the publisher; then pass 2 of row j - 1 from its slot,
- *           and the slot goes back to the producer;
- *   publisher (one thread) stores each row's statistics in the group's
- *           exchange in global memory (xg_args);
+ *           chunks t, t + XG_NCT, ..., every lane of a warp summing against
+ *           the same reference), store one record a warp (its sum against
+ *           that reference, its max) and meet the publisher at the row's
+ *           barrier; then pass 2 of row j - 1 from its slot, and the slot
+ *           goes back to the producer;
+ *   publisher (one warp) combines the warps' records into the slice's
+ *           statistics (xent_ce_partial, 16 bytes as xc_rowstat: one exp in
+ *           double a warp's record) and stores them in the group's exchange
+ *           in global memory (xg_args);
  *   finishers (XG_NF warps, finisher f the rows of slot f) wait for the
  *           C slices' statistics of each row (lane q polls slice q's) and
  *           finish it as xent_ce_combine combines shards (xc_finish's
@@ -51,7 +54,6 @@
 #define XG_NC 15                 /* consumer warps (20 warps a block: 96 registers) */
 #define XG_NCT (XG_NC * 32)      /* consumer threads: the order of the sums   */
 #define XG_NF 3                  /* finisher warps (one a slot: XG_S)          */
-#define XG_PB 4                  /* statistics handed to the publisher         */
 #define XG_THREADS (XG_NCT + 64 + 32 * XG_NF) /* and the producer's, publisher's */
 #define XG_S 3                   /* slots                                     */
 #define XG_XB 6                  /* finished rows' constants a block keeps    */
@@ -145,58 +147,82 @@ __device__ __forceinline__ void xg_st_rec(xg_rec *p, const xc_rowstat &rs, unsig
                  "l"(t | v[3])
                  : "memory");
 }
-/* the consumers' barrier (named barrier 1, XG_NCT threads) */
+/* The row's barrier (named barrier 1): the consumers, once their warps'
+ * records of a slice are stored, and the publisher warp, which then
+ * combines them. */
 __device__ __forceinline__ void xg_bar() {
-    asm volatile("bar.sync 1, %0;" ::"n"(XG_NCT) : "memory");
+    asm volatile("bar.sync 1, %0;" ::"n"(XG_NCT + 32) : "memory");
 }
 
 /* ------------------------------------------------------------------ */
 /* Reductions over the consumers (fixed shapes: the order of the sums)  */
 /* ------------------------------------------------------------------ */
 
-/* Buffers by the parity of the consumers' count of rows in pass 1 (rows
- * not read skip it): a buffer is written again two such rows on, after the
- * barriers of the row between, which every reader has passed. */
-struct xg_red {
-    float max[2][XG_NC];
-    double sum[2][2 * XG_NC];
-    int flags[2][XG_NC];
-    float zt[2];
+/* A consumer warp's statistics of its part of a slice: its sum against its
+ * reference ref (the same in every lane: xc_loose_rounds<In, true>), a
+ * fixed butterfly of its threads' sums; its max over the non-target
+ * columns; the target's raw logit (when a thread of the warp owns it);
+ * flags (1: non-finite, 2: owns the target). So no thread rescales its own
+ * sum: one exp a warp, in the publisher's combine (xg_slice_stats). */
+struct xg_wrec {
+    double s;
+    float ref, max, zt;
+    int fl;
 };
 
-__device__ __forceinline__ float xg_max(float v, xg_red &rd, int par) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    v = xc_warp_max(v);
-    if (lane == 0) rd.max[par][warp] = v;
-    xg_bar();
-    return xc_warp_max(lane < XG_NC ? rd.max[par][lane] : -INFINITY);
+__device__ __forceinline__ xg_wrec xg_warp_rec(xc_acc &a) {
+    const unsigned all = 0xFFFFFFFFu;
+    double sd = 0;
+#pragma unroll
+    for (int i = 0; i < XC_LANES; i++) sd += (double)a.s[i];
+    sd += ((double)a.c[0] + (double)a.c[1]) * XC_LN2;
+    double s = a.D + sd; /* the loose form counts no column apart */
+    /* a NaN in some thread's sum makes the slice's sum NaN and the reverse
+     * (terms are below 2^40: no overflow), so the flag from each thread's
+     * own sum is xc_row_kernel's */
+    const bool nf = __any_sync(all, a.nf != a.nf || s != s || (a.own && !isfinite(a.zt)));
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(all, s, o);
+    const unsigned own = __ballot_sync(all, a.own != 0); /* at most one owner */
+    xg_wrec r;
+    r.s = s;
+    r.ref = a.m;
+    r.max = xc_warp_max(a.mt);
+    r.zt = __shfl_sync(all, a.zt, own ? __ffs(own) - 1 : 0);
+    r.fl = (nf ? 1 : 0) | (own ? 2 : 0);
+    return r;
 }
 
-/* v[0], v[1] summed over the consumers as xc_block_sum's (a butterfly in
- * each warp, then over the warps' sums); returns the OR of fl. */
-__device__ __forceinline__ int xg_sum2(double v[4], int fl, xg_red &rd, int par) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-#pragma unroll
-    for (int i = 0; i < 2; i++)
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) v[i] += __shfl_xor_sync(0xFFFFFFFFu, v[i], o);
-    fl = __reduce_or_sync(0xFFFFFFFFu, (unsigned)fl);
-    if (lane == 0) {
-        rd.sum[par][warp] = v[0];
-        rd.sum[par][XG_NC + warp] = v[1];
-        rd.flags[par][warp] = fl;
+/* The slice's statistics from its XG_NC warp records (lane w holds warp
+ * w's; the other lanes none), as xent_ce_combine combines shards: the max
+ * M, each warp's sum rescaled from its reference to M in double (one exp
+ * a lane), added in a fixed butterfly. Every lane returns them. */
+__device__ __forceinline__ xc_rowstat xg_slice_stats(const xc_params &k, const xg_wrec &r,
+                                                     int lane) {
+    const unsigned all = 0xFFFFFFFFu;
+    const bool in = lane < XG_NC;
+    const float M = xc_warp_max(in ? r.max : -INFINITY);
+    double t = 0;
+    if (in && r.ref != -INFINITY) {
+        const double off = xc_tr(k, (double)r.ref) - xc_tr(k, (double)M);
+        t = off == 0 ? r.s : exp(off) * r.s;
     }
-    xg_bar();
 #pragma unroll
-    for (int i = 0; i < 2; i++) {
-        double r = lane < XG_NC ? rd.sum[par][i * XG_NC + lane] : 0.0;
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) r += __shfl_xor_sync(0xFFFFFFFFu, r, o);
-        v[i] = r;
-    }
-    v[2] = v[3] = 0;
-    return (int)__reduce_or_sync(0xFFFFFFFFu, lane < XG_NC ? (unsigned)rd.flags[par][lane] : 0u);
+    for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(all, t, o);
+    const int fl = (int)__reduce_or_sync(all, in ? (unsigned)r.fl : 0u);
+    const unsigned own = __ballot_sync(all, in && (r.fl & 2));
+    const float zt = __shfl_sync(all, r.zt, own ? __ffs(own) - 1 : 0);
+    const double v[4] = {0.0, t, 0.0, 0.0};
+    return xc_rowstat_of(xc_part_of(M, v, own ? 1 : 0, zt, (fl & 1) || M == INFINITY));
 }
+
+/* The warps' records of the last two rows read, by the parity of the
+ * consumers' count of rows in pass 1 (rows not read skip it): a buffer is
+ * written again two such rows on, after the barrier of the row between,
+ * which the publisher joins only once it has read the buffer. */
+struct xg_wred {
+    xg_wrec rec[2][XG_NC];
+};
 
 /* ------------------------------------------------------------------ */
 /* The slice in shared memory                                          */
@@ -250,7 +276,11 @@ template <class In, int OUT, int GM, bool AL>
 __device__ __forceinline__ void xg_pass2_gm(const xc_gconst &gc, const uint4 *sl, int o, int Lw,
                                             int nv, const typename In::raw *row, uint16_t *grow,
                                             int tc, int to, uint64_t pol) {
-    const int ct = threadIdx.x;
+    /* the chunks in reverse thread order: the threads with a chunk more in
+     * pass 1 (the first Lw % XG_NCT) have one fewer here, so that every
+     * consumer warp does the same work between two rows' barriers (17
+     * chunks a thread at V = 128256, not 18 for some and 16 for others) */
+    const int ct = XG_NCT - 1 - (int)threadIdx.x;
     int c = ct;
     for (; c + 3 * XG_NCT < Lw; c += 4 * XG_NCT) {
         uint4 b[4];
@@ -260,8 +290,7 @@ __device__ __forceinline__ void xg_pass2_gm(const xc_gconst &gc, const uint4 *sl
         for (int u = 0; u < 4; u++) {
             float z[8];
             In::unpack(&b[u], z);
-            uint4 w = xc_fast_grad8<OUT, GM>(gc, z);
-            if (c + u * XG_NCT == tc) xc_patch16(w, to, gc.tbits);
+            const uint4 w = xc_fast_grad8<OUT, GM>(gc, z);
             xg_st<AL>(grow + (int64_t)(c + u * XG_NCT) * 8, w, pol);
         }
     }
@@ -269,19 +298,20 @@ __device__ __forceinline__ void xg_pass2_gm(const xc_gconst &gc, const uint4 *sl
         const uint4 b = xg_chunk<AL>(sl, c, o);
         float z[8];
         In::unpack(&b, z);
-        uint4 w = xc_fast_grad8<OUT, GM>(gc, z);
-        if (c == tc) xc_patch16(w, to, gc.tbits);
+        const uint4 w = xc_fast_grad8<OUT, GM>(gc, z);
         xg_st<AL>(grow + (int64_t)c * 8, w, pol);
     }
     if (nv && Lw % XG_NCT == ct) {
         float z[8];
         xc_load_tail<In>(row, Lw, nv, z);
-        uint4 w = xc_fast_grad8<OUT, GM>(gc, z);
-        if (Lw == tc) xc_patch16(w, to, gc.tbits);
+        const uint4 w = xc_fast_grad8<OUT, GM>(gc, z);
         const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
         for (int i = 0; i < nv; i++)
             grow[(int64_t)Lw * 8 + i] = (uint16_t)(ws[i >> 1] >> (16 * (i & 1)));
     }
+    /* the target's column, stored again by the thread that stored its chunk
+     * (so after it) */
+    if (tc >= 0 && tc % XG_NCT == ct) grow[(int64_t)tc * 8 + to] = (uint16_t)gc.tbits;
 }
 
 /* The slice's gradient in a constant row (gc.kind != 0, xc_gconst's: the
@@ -289,17 +319,17 @@ __device__ __forceinline__ void xg_pass2_gm(const xc_gconst &gc, const uint4 *sl
 template <bool AL>
 __device__ __forceinline__ void xg_pass2_const(const xc_gconst &gc, int dt, int Lw, int nv,
                                                uint16_t *grow, int tc, int to, uint64_t pol) {
-    const int ct = threadIdx.x;
+    const int ct = XG_NCT - 1 - (int)threadIdx.x; /* as xg_pass2_gm */
     const uint32_t bits = xc_const_bits(gc.kind, dt), w1 = bits | bits << 16;
     const int tcc = gc.kind == 3 ? tc : -1;
     for (int c = ct; c < Lw; c += XG_NCT) {
-        uint4 w = make_uint4(w1, w1, w1, w1);
-        if (c == tcc) xc_patch16(w, to, gc.tbits);
+        const uint4 w = make_uint4(w1, w1, w1, w1);
         xg_st<AL>(grow + (int64_t)c * 8, w, pol);
     }
     if (nv && Lw % XG_NCT == ct)
-        for (int i = 0; i < nv; i++)
-            grow[(int64_t)Lw * 8 + i] = (uint16_t)(Lw == tcc && i == to ? gc.tbits : bits);
+        for (int i = 0; i < nv; i++) grow[(int64_t)Lw * 8 + i] = (uint16_t)bits;
+    /* kind 3: the target keeps its value (stored after its chunk) */
+    if (tcc >= 0 && tcc % XG_NCT == ct) grow[(int64_t)tcc * 8 + to] = (uint16_t)gc.tbits;
 }
 
 template <class In, int OUT, bool AL>
@@ -383,12 +413,14 @@ __device__ void xg_produce(const xc_params &k, const xg_slice &sc, int64_t grp, 
     }
 }
 
-/* The publisher: the statistics of each row read, handed over by the
- * consumers in pub[n % XG_PB] (n: the rows read so far), into the group's
- * exchange once every finisher is done with the entry's previous row. */
+/* The publisher warp: for each row read (n: the rows read so far), the
+ * consumers' barrier, then the slice's statistics from their warps'
+ * records in rd.rec[n & 1] into the group's exchange. Before the barrier
+ * it waits for every finisher to be done with the entry's previous row
+ * (normally long done), so that the combine's chain starts at once. */
 __device__ void xg_publish_rows(const xc_params &k, const xg_args &g, int rank, int64_t grp,
-                                int64_t G, int64_t nrows, const xc_rowstat *pub,
-                                uint64_t *pubfull, uint64_t *pubempty) {
+                                int64_t G, int64_t nrows, const xg_wred &rd) {
+    const int lane = threadIdx.x & 31;
     int64_t n = 0;
     xc_row wn = xc_row_info(k, nrows ? grp : 0); /* a row ahead */
     for (int64_t i = 0; i < nrows; i++) {
@@ -396,12 +428,14 @@ __device__ void xg_publish_rows(const xc_params &k, const xg_args &g, int rank, 
         if (i + 1 < nrows) wn = xc_row_info(k, grp + (i + 1) * G);
         if (xg_skip(k, w)) continue;
         const int64_t ent = grp * XG_D + i % XG_D;
-        xg_spin(&g.used[ent], (unsigned)g.C * (unsigned)(i / XG_D));
-        const int b = (int)(n % XG_PB);
-        xg_mb_wait(&pubfull[b], (uint32_t)(n / XG_PB) & 1);
-        const xc_rowstat rs = pub[b];
-        xg_mb_arrive(&pubempty[b]);
-        xg_st_rec(&g.part[ent * g.C + rank], rs, (unsigned)(i / XG_D + 1));
+        if (lane == 0) xg_spin(&g.used[ent], (unsigned)g.C * (unsigned)(i / XG_D));
+        __syncwarp();
+        xg_bar();
+        const xg_wrec q = lane < XG_NC ? rd.rec[n & 1][lane]
+                                       : xg_wrec{0.0, -INFINITY, -INFINITY, 0.f, 0};
+        const xc_rowstat rs = xg_slice_stats(k, q, lane);
+        if (lane == 0) xg_st_rec(&g.part[ent * g.C + rank], rs, (unsigned)(i / XG_D + 1));
+        __syncwarp();
         n++;
     }
 }
@@ -519,16 +553,14 @@ __device__ void xg_finish_rows(const xc_params &k, const xg_args &g, int rank, i
 }
 
 /* The consumers' pass 1 of row r from its slot sl, the group's n-th row
- * read (n's parity picks the reduction buffers): the slice's statistics to
- * the publisher (consumer 0, pub[n % XG_PB]). */
+ * read (n's parity picks the records' buffer): each warp's record, then
+ * the row's barrier, after which the publisher combines them. */
 template <class In, bool AL>
-__device__ __forceinline__ void xg_pass1_row(const xc_params &k,
-                                             const xg_slice &sc, int64_t n, int64_t r,
-                                             const xc_row &w, const uint4 *sl, xg_red &rd,
-                                             xc_rowstat *pub, uint64_t *pubfull,
-                                             uint64_t *pubempty) {
+__device__ __forceinline__ void xg_pass1_row(const xc_params &k, const xg_slice &sc, int64_t n,
+                                             int64_t r, const xc_row &w, const uint4 *sl,
+                                             xg_wred &rd, const xc_lconst &lc) {
     typedef typename In::raw raw;
-    const int ct = threadIdx.x, par = (int)(n & 1);
+    const int ct = threadIdx.x;
     const raw *row = (const raw *)k.logits + r * k.ld + (int64_t)sc.lo * 8;
     const int o = AL ? 0 : (int)((uintptr_t)row & 15);
     const int64_t t0 = (int64_t)sc.lo * 8, tl = w.tl - t0;
@@ -536,32 +568,19 @@ __device__ __forceinline__ void xg_pass1_row(const xc_params &k,
     xg_ssrc<In, AL> src = {sl, o, row};
     xc_acc a;
     xc_acc_init(a);
-    xc_loose_rounds<In>(k, a, src, sc.Lw, sc.nv, tls, ct, XG_NCT);
-    if (a.own) rd.zt[par] = a.zt; /* at most one owner; read after the barriers */
-    const float M = xg_max(a.mt, rd, par);
-    double v[4];
-    xc_acc_at_max<false>(k, a, M, v);
-    /* a NaN in some thread's sum makes the block's sum NaN and the reverse
-     * (terms are below 2^40: no overflow), so the flag from each thread's
-     * own sum is xc_row_kernel's */
-    const int fl = xg_sum2(v, (xc_acc_nonfinite(a, v) ? 1 : 0) | (a.own ? 2 : 0), rd, par);
-    if (ct == 0) {
-        const xent_ce_partial p = xc_part_of(M, v, fl & 2 ? 1 : 0, rd.zt[par],
-                                             (fl & 1) || M == INFINITY);
-        const int b = (int)(n % XG_PB);
-        xg_mb_wait(&pubempty[b], ((uint32_t)(n / XG_PB) & 1) ^ 1);
-        pub[b] = xc_rowstat_of(p);
-        xg_mb_arrive(&pubfull[b]); /* releases pub[b] */
-    }
+    xc_loose_rounds<In, true>(k, a, src, sc.Lw, sc.nv, tls, ct, XG_NCT, lc);
+    const xg_wrec rec = xg_warp_rec(a);
+    if ((ct & 31) == 0) rd.rec[n & 1][ct >> 5] = rec;
+    xg_bar();
 }
 
 template <class In, int OUT, bool AL>
 __global__ void __launch_bounds__(XG_THREADS, 1) xg_row_kernel(const xc_params k, const xg_args g) {
     extern __shared__ uint4 xg_slots[]; /* [XG_S][P + 1]: a slice and 16 bytes */
-    __shared__ uint64_t full[XG_S], empty[XG_S], fin[XG_XB], pubfull[XG_PB], pubempty[XG_PB];
-    __shared__ xc_rowstat pub[XG_PB];
+    __shared__ uint64_t full[XG_S], empty[XG_S], fin[XG_XB];
     __shared__ xc_gconst gcs[XG_XB];
-    __shared__ xg_red rd;
+    __shared__ xg_wred rd;
+    __shared__ xc_lconst lcs; /* pass 1's constants (in shared memory: registers are short) */
     if (xc_gate(k)) return;
     const int C = g.C, P = g.P, rank = (int)(blockIdx.x % C);
     const int64_t grp = blockIdx.x / C, G = gridDim.x / C;
@@ -574,11 +593,8 @@ __global__ void __launch_bounds__(XG_THREADS, 1) xg_row_kernel(const xc_params k
             xg_mb_init(&empty[s], XG_NC);
         }
         for (int e = 0; e < XG_XB; e++) xg_mb_init(&fin[e], 1);
-        for (int b = 0; b < XG_PB; b++) {
-            xg_mb_init(&pubfull[b], 1);
-            xg_mb_init(&pubempty[b], 1);
-        }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        lcs = xc_loose_const(k);
     }
     __syncthreads();
     if (warp == XG_NC) {
@@ -586,7 +602,7 @@ __global__ void __launch_bounds__(XG_THREADS, 1) xg_row_kernel(const xc_params k
         return;
     }
     if (warp == XG_NC + 1) {
-        if (lane == 0) xg_publish_rows(k, g, rank, grp, G, nrows, pub, pubfull, pubempty);
+        xg_publish_rows(k, g, rank, grp, G, nrows, rd);
         return;
     }
     if (warp > XG_NC + 1) {
@@ -595,28 +611,36 @@ __global__ void __launch_bounds__(XG_THREADS, 1) xg_row_kernel(const xc_params k
     }
     const uint64_t pol = xc_policy_first();
     int64_t np = 0; /* rows read so far */
+    /* j % XG_S and its phase's parity; (j - 1) % XG_S, (j - 1) % XG_XB and
+     * its parity, kept as counters */
+    int s1 = 0, s2 = 0, e2 = 0;
+    uint32_t ph1 = 0, ph2 = 0;
     /* the next row's label, loaded a row ahead (its latency would delay
      * the start of each pass 1) */
-    xc_row wn = xc_row_info(k, nrows ? grp : 0);
+    int64_t tn = xc_label_raw(k, nrows ? grp : 0); /* tested a row later */
     for (int64_t j = 0; j <= nrows; j++) {
         if (j < nrows) { /* pass 1 of row j */
-            const int s = (int)(j % XG_S);
+            const int s = s1;
             const int64_t r = grp + j * G;
-            const xc_row w = wn;
-            if (j + 1 < nrows) wn = xc_row_info(k, r + G);
-            xg_mb_wait(&full[s], (uint32_t)(j / XG_S) & 1);
+            const xc_row w = xc_row_from(k, r, tn);
+            if (j + 1 < nrows) tn = xc_label_raw(k, r + G);
+            xg_mb_wait(&full[s], ph1);
             if (!xg_skip(k, w))
-                xg_pass1_row<In, AL>(k, sc, np++, r, w, xg_slots + (size_t)s * (P + 1), rd,
-                                     pub, pubfull, pubempty);
+                xg_pass1_row<In, AL>(k, sc, np++, r, w, xg_slots + (size_t)s * (P + 1), rd, lcs);
             if (OUT == 0) {
                 __syncwarp();
                 if (lane == 0) xg_mb_arrive(&empty[s]);
             }
+            if (++s1 == XG_S) { s1 = 0; ph1 ^= 1u; }
         }
         if (OUT != 0 && j > 0) { /* pass 2 of row j - 1 */
             const int64_t i = j - 1, r = grp + i * G;
-            const int s = (int)(i % XG_S), e = (int)(i % XG_XB);
-            xg_mb_wait(&fin[e], (uint32_t)(i / XG_XB) & 1);
+            const int s = s2, e = e2;
+            if (++s2 == XG_S) s2 = 0;
+            if (++e2 == XG_XB) e2 = 0;
+            const uint32_t fph = ph2;
+            if (e2 == 0) ph2 ^= 1u;
+            xg_mb_wait(&fin[e], fph);
             const xc_gconst gc = gcs[e];
             const uint16_t *row = (const uint16_t *)k.logits + r * k.ld + (int64_t)sc.lo * 8;
             uint16_t *grow = (uint16_t *)k.grad + r * k.ld_grad + (int64_t)sc.lo * 8;

@@ -220,14 +220,20 @@ __device__ __forceinline__ void xc_load_tail(const typename In::raw *row, int nf
  * (a column above it moves r), so |z| >= cut and |r| / |z| <= max(2, 2
  * thr / cut) = 2^13. Terms below 1 may still round x (as before: by at
  * most 2^-24 |x| on a term e^x, so 0.37 2^-24 of the reference's term).
- * fp32 logits carry the error of x exactly (TwoSum) in any case. */
+ * fp32 logits carry the error of x exactly (TwoSum) in any case.
+ * WU: the reference is the warp's (every lane calls this together): moved
+ * when any lane's lm passes the warp's limit, to the warp's max of lm by
+ * the same rules, which concern r alone. */
+template <bool WU>
 __device__ __forceinline__ void xc_loose_ref(const xc_params &k, xc_acc &a, float lm, float thr,
                                              bool any) {
     if (any && !(lm > -INFINITY)) a.nf = NAN;
     a.mt = fmaxf(a.mt, lm);
-    if (lm > a.lim) {
+    const bool up = WU ? __any_sync(0xFFFFFFFFu, lm > a.lim) : lm > a.lim;
+    if (up) {
         const float cut = thr * 0x1p-12f;
-        const float r = fabsf(lm) < cut ? 0.f : lm;
+        const float l = WU ? xc_warp_max(lm) : lm;
+        const float r = fabsf(l) < cut ? 0.f : l;
         xc_rebase<false, false>(k, a, r);
         a.lim = r < 0.f ? fminf(r + thr, -cut) : r + thr;
     }
@@ -248,6 +254,19 @@ __device__ __forceinline__ void xc_loose_chunk(xc_acc &a, const float z[8], int 
     }
 }
 
+/* The loose rounds' constants, a function of the call alone. */
+struct xc_lconst {
+    float c2, c2lo, thr; /* log2(e) / tau as float and its error; XC_LOOSE_LOG2 / c2 */
+};
+__device__ __forceinline__ xc_lconst xc_loose_const(const xc_params &k) {
+    const double c2d = XC_LOG2E * k.inv_tau;
+    xc_lconst c;
+    c.c2 = (float)c2d;
+    c.c2lo = (float)(c2d - (double)c.c2);
+    c.thr = (float)(XC_LOOSE_LOG2 / c2d);
+    return c;
+}
+
 /* Pass 1 in the loose form for thread tid of NT, over nfull whole chunks
  * (chunk c is the thread c % NT's, visited in ascending order) and, when nv
  * > 0, a partial last chunk of nv columns (chunk nfull); tl: the target's
@@ -256,17 +275,18 @@ __device__ __forceinline__ void xc_loose_chunk(xc_acc &a, const float z[8], int 
  * other rounds (the target's, the last) go chunk by chunk. src loads the
  * chunks: src.round(c, NT, nfull, plain, k0, b) the chunks c + u NT (u <
  * XC_UNROLL) that exist (all of them when plain) into b, this thread's
- * slots k0.. ; src.tail(nfull, nv, z) the partial chunk's columns. */
-template <class In, class Src>
+ * slots k0.. ; src.tail(nfull, nv, z) the partial chunk's columns. WU:
+ * every lane of a warp keeps the same reference (xc_loose_ref<true>), so
+ * that the warp's sums add in double without a rescale a thread (the group
+ * kernel); else each thread its own. */
+template <class In, bool WU, class Src>
 __device__ __forceinline__ void xc_loose_rounds(const xc_params &k, xc_acc &a, Src &src,
-                                                int nfull, int nv, int64_t tl, int tid,
-                                                int NT) {
+                                                int nfull, int nv, int64_t tl, int tid, int NT,
+                                                const xc_lconst &lc) {
     const int lane = tid & 31;
     const int tc = tl >= 0 ? (int)(tl >> 3) : -1, to = (int)(tl & 7);
     const int tk0 = tc >= 0 && (tc % NT) >> 5 == tid >> 5 ? tc / NT / XC_UNROLL * XC_UNROLL : -1;
-    const double c2d = XC_LOG2E * k.inv_tau;
-    const float c2 = (float)c2d, c2lo = (float)(c2d - (double)c2);
-    const float thr = (float)(XC_LOOSE_LOG2 / c2d);
+    const float c2 = lc.c2, c2lo = lc.c2lo, thr = lc.thr;
     int k0 = 0;
     for (int c0 = tid - lane; c0 < nfull; c0 += XC_UNROLL * NT, k0 += XC_UNROLL) {
         const bool full = c0 + (XC_UNROLL - 1) * NT + 31 < nfull;
@@ -274,7 +294,7 @@ __device__ __forceinline__ void xc_loose_rounds(const xc_params &k, xc_acc &a, S
         uint4 b[XC_UNROLL][In::VECS];
         src.round(c0 + lane, NT, nfull, plain, k0, b);
         if (plain) {
-            xc_loose_ref(k, a, xc_round_max<In, XC_UNROLL>(b), thr, true);
+            xc_loose_ref<WU>(k, a, xc_round_max<In, XC_UNROLL>(b), thr, true);
             xc_plain_round<In, false, false>(a, b, c2, c2lo);
         } else {
             float lm = -INFINITY;
@@ -292,7 +312,7 @@ __device__ __forceinline__ void xc_loose_rounds(const xc_params &k, xc_acc &a, S
                     lm = fmaxf(lm, In::max8(b[u]));
                 }
             }
-            xc_loose_ref(k, a, lm, thr, any);
+            xc_loose_ref<WU>(k, a, lm, thr, any);
 #pragma unroll
             for (int u = 0; u < XC_UNROLL; u++) {
                 const int c = c0 + lane + u * NT;
@@ -308,13 +328,24 @@ __device__ __forceinline__ void xc_loose_rounds(const xc_params &k, xc_acc &a, S
         }
         xc_flush_lanes<false>(k, a);
     }
-    if (nv && nfull % NT == tid) { /* the partial last chunk */
-        float z[8];
-        src.tail(nfull, nv, z);
+    /* the partial last chunk (WU: its warp takes the reference's step
+     * together) */
+    if (nv && (WU ? (nfull % NT) >> 5 == tid >> 5 : nfull % NT == tid)) {
+        const bool me = nfull % NT == tid;
+        float z[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+        if (me) src.tail(nfull, nv, z);
         const int t = nfull == tc ? to : -1;
-        xc_loose_ref(k, a, xc_chunk_max(z, nv, t), thr, nv > (t >= 0 ? 1 : 0));
-        xc_loose_chunk<In::WIDE>(a, z, nv, t, c2, c2lo);
+        xc_loose_ref<WU>(k, a, me ? xc_chunk_max(z, nv, t) : -INFINITY, thr,
+                         me && nv > (t >= 0 ? 1 : 0));
+        if (me) xc_loose_chunk<In::WIDE>(a, z, nv, t, c2, c2lo);
     }
+}
+
+template <class In, class Src>
+__device__ __forceinline__ void xc_loose_rounds(const xc_params &k, xc_acc &a, Src &src,
+                                                int nfull, int nv, int64_t tl, int tid,
+                                                int NT) {
+    xc_loose_rounds<In, false>(k, a, src, nfull, nv, tl, tid, NT, xc_loose_const(k));
 }
 
 /* A thread's sums rescaled to the block's max M (raw; LOOSE: the max over

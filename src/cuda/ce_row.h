@@ -33,15 +33,20 @@ struct xc_row {
     int64_t tl;  /* target's local column, or -1 when not in this shard  */
 };
 
-__device__ __forceinline__ xc_row xc_row_info(const xc_params &k, int64_t r) {
+/* Row r's label as loaded (0 without labels): xc_row_from's argument, so
+ * that a caller can load it a row ahead and test it a row later. */
+__device__ __forceinline__ int64_t xc_label_raw(const xc_params &k, int64_t r) {
+    if (!k.labels) return 0;
+    return k.labels64 ? ((const int64_t *)k.labels)[r] : (int64_t)((const int32_t *)k.labels)[r];
+}
+
+__device__ __forceinline__ xc_row xc_row_from(const xc_params &k, int64_t r, int64_t t) {
     xc_row w;
     w.r = r;
     w.counted = 0;
     w.bad = 0;
     w.tl = -1;
     if (k.labels) {
-        int64_t t = k.labels64 ? ((const int64_t *)k.labels)[r]
-                               : (int64_t)((const int32_t *)k.labels)[r];
         if (t != k.ignore_index) {
             w.counted = 1;
             w.bad = t < 0 || t >= k.vocab_total;
@@ -50,6 +55,10 @@ __device__ __forceinline__ xc_row xc_row_info(const xc_params &k, int64_t r) {
         }
     }
     return w;
+}
+
+__device__ __forceinline__ xc_row xc_row_info(const xc_params &k, int64_t r) {
+    return xc_row_from(k, r, xc_label_raw(k, r));
 }
 
 /* z' = cap(z) / tau, in double, with the CPU's formulas (src/cpu/ce.c):
