@@ -533,6 +533,19 @@ static void loose_rows(const ccase *c, cinputs *in) {
  * under test), bf16 and f16, with and without a gradient, at temperatures
  * 1, 50 and 0.5 (the threshold and the cut scale with it), in the
  * streaming kernel's blocks of 96 and 256 threads, against the CPU. */
+/* The device's compute-capability major (0, with a failed check, when it
+ * cannot be read). A Hopper GPU (9) hosts every group-kernel plan the
+ * tests ask for, so there they also check that the kernel ran. */
+static int gpu_major(void) {
+    int dev = 0, major = 0;
+    const cudaError_t qe = cudaGetDevice(&dev) == cudaSuccess
+                               ? cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev)
+                               : cudaErrorUnknown;
+    CHECK(qe == cudaSuccess, "the device's compute capability could not be read: %s",
+          cudaGetErrorString(qe));
+    return qe == cudaSuccess ? major : 0;
+}
+
 TEST(cuda_loose_reference_vs_cpu) {
     if (!gpu_ready()) return;
     const int64_t Vs[] = {40000, 128256};
@@ -540,8 +553,11 @@ TEST(cuda_loose_reference_vs_cpu) {
     char what[160];
     /* both kernels of the loose form: the streaming kernel (a reference a
      * thread) and the group kernel (a reference a warp) */
+    const int major = gpu_major();
+    unsigned long long ran0, declined0, ran1, declined1;
     for (int grp = 0; grp < 2; grp++) {
         if (grp) setenv("XENT_CUDA_GROUP", "auto", 1);
+        xent__cuda_group_counts(&ran0, &declined0);
         for (int d = 0; d < 2; d++)
             for (int v = 0; v < 2; v++)
                 for (int ti = 0; ti < 3; ti++)
@@ -562,6 +578,11 @@ TEST(cuda_loose_reference_vs_cpu) {
                         CHECK_LIMIT(10);
                     }
         unsetenv("XENT_CUDA_GROUP");
+        xent__cuda_group_counts(&ran1, &declined1);
+        if (grp && major == 9)
+            CHECK(ran1 > ran0 && declined1 == declined0,
+                  "the group kernel ran %llu calls and handed %llu back, on Hopper",
+                  ran1 - ran0, declined1 - declined0);
     }
     printf("    worst forward %.0f ulp, worst gradient %.0f ulp\n", g_worst_fwd, g_worst_grad);
 }
@@ -741,12 +762,7 @@ TEST(cuda_group_layouts_vs_cpu) {
     /* a Hopper GPU hosts every plan here: the kernel must run under each,
      * and no call may go to the streaming kernel once its plan applied
      * (elsewhere it may, for want of shared memory or cooperative launch) */
-    int dev = 0, major = 0;
-    const cudaError_t qe = cudaGetDevice(&dev) == cudaSuccess
-                               ? cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev)
-                               : cudaErrorUnknown;
-    CHECK(qe == cudaSuccess, "the device's compute capability could not be read: %s",
-          cudaGetErrorString(qe));
+    const int major = gpu_major();
     unsigned long long ran0, declined0, ran1, declined1;
     setenv("XENT_CUDA_CLUSTER", "0", 1);
     for (int pi = 0; pi < 7; pi++) {

@@ -172,11 +172,7 @@ struct xg_wrec {
 
 __device__ __forceinline__ xg_wrec xg_warp_rec(xc_acc &a) {
     const unsigned all = 0xFFFFFFFFu;
-    double sd = 0;
-#pragma unroll
-    for (int i = 0; i < XC_LANES; i++) sd += (double)a.s[i];
-    sd += ((double)a.c[0] + (double)a.c[1]) * XC_LN2;
-    double s = a.D + sd; /* the loose form counts no column apart */
+    double s = a.D + xc_lanes_sum(a); /* the loose form counts no column apart */
     /* a NaN in some thread's sum makes the slice's sum NaN and the reverse
      * (terms are below 2^40: no overflow), so the flag from each thread's
      * own sum is xc_row_kernel's */

@@ -50,6 +50,15 @@ __device__ __forceinline__ void xc_acc_init(xc_acc &a) {
     a.lim = -INFINITY;
 }
 
+/* The fast path's fp32 lanes in double: sum e in lane order, then ln 2 sum
+ * e y_lo (the one order every caller adds them in, so they agree bitwise). */
+__device__ __forceinline__ double xc_lanes_sum(const xc_acc &a) {
+    double sd = 0;
+#pragma unroll
+    for (int i = 0; i < XC_LANES; i++) sd += (double)a.s[i];
+    return sd + ((double)a.c[0] + (double)a.c[1]) * XC_LN2;
+}
+
 /* A new running maximum cm > a.m (warp-uniform in the main loop). The fp32
  * lanes and the columns at the old max (terms exactly 1) join the doubles,
  * rescaled by exp(m' - cm') in double. */
@@ -59,13 +68,12 @@ __device__ __forceinline__ void xc_rebase(const xc_params &k, xc_acc &a, float c
     if (a.m != -INFINITY) {
         double sd = 0, sxd = 0;
         if (!PRECISE) {
+            sd = xc_lanes_sum(a);
 #pragma unroll
             for (int i = 0; i < XC_LANES; i++) {
-                sd += (double)a.s[i];
                 a.s[i] = 0.f;
                 if (EXTRA) { sxd += (double)a.sx[i]; a.sx[i] = 0.f; }
             }
-            sd += ((double)a.c[0] + (double)a.c[1]) * XC_LN2;
             a.c[0] = a.c[1] = 0.f;
             sxd *= k.inv_tau; /* raw -> transformed units */
         }
@@ -358,11 +366,10 @@ __device__ __forceinline__ void xc_acc_at_max(const xc_params &k, xc_acc &a, flo
                                               double v[4]) {
     const double mt = a.mp, Mp = M == -INFINITY ? -INFINITY : xc_tr(k, (double)M);
     if (!PRECISE) {
-        double sd = 0, sxd = 0;
+        double sxd = 0;
 #pragma unroll
-        for (int i = 0; i < XC_LANES; i++) { sd += (double)a.s[i]; sxd += (double)a.sx[i]; }
-        sd += ((double)a.c[0] + (double)a.c[1]) * XC_LN2;
-        a.D += sd;
+        for (int i = 0; i < XC_LANES; i++) sxd += (double)a.sx[i];
+        a.D += xc_lanes_sum(a);
         a.DX += sxd * k.inv_tau; /* raw -> transformed units */
         a.ZS = a.ZS * k.inv_tau;
     }
