@@ -1,14 +1,30 @@
-# xent build. `make` builds build/libxent.a, build/libxent.so and build/xent.
-# `make test` runs every test stage (C tests, sanitizer build, Python, GPU
-# when present) and ends with one line "N passed, N failed".
-# `make demo` runs the main job. Fragments in mk/*.mk add parts (CUDA, model).
+# xent build. Two libraries and a program (docs/architecture.md):
+#   build/libxent.a, build/libxent.so   the product: src/core, src/cpu, src/io,
+#                                       src/rl and src/cuda (the kernels when
+#                                       nvcc is on PATH, else their stubs);
+#                                       the .so exports the xent_* API alone
+#   build/libxent_tools.a               the model, the audit and compare
+#                                       (src/model, src/audit, src/compare),
+#                                       on libxent's public API
+#   build/xent                          the CLI (tools/), on both
+# `make test` runs every test stage and ends with one line "N passed, N failed".
+# `make demo` runs the main job. `make dev` builds the experiments of dev/.
+# Fragments in mk/*.mk add parts (CUDA, model, audit, fuzzers).
 
 CC      ?= cc
 CXX     ?= c++
-ARCH    ?= native
+# The baseline of the architecture, so that one binary runs on every x86-64
+# (SSE2) or aarch64 (armv8-a) machine; the CPU kernels add AVX2 and AVX-512
+# paths chosen at run time (src/cpu/ce_kern.h). ARCH=native for a build
+# tuned to this machine alone.
+ARCH    ?= $(or $(ARCH_$(shell uname -m)),native)
+ARCH_x86_64  = x86-64
+ARCH_aarch64 = armv8-a
 OPT     ?= -O2
 BUILD   ?= build
 PYTHON  ?= python3
+# parallel compile jobs of `make test` and `make demo`: the cores available
+JOBS    ?= $(shell nproc 2>/dev/null || echo 2)
 
 # Exact paths: no fast-math anywhere; fma() is used where the proofs assume
 # it, and the compiler may not contract anything else.
@@ -17,30 +33,40 @@ CFLAGS_COMMON = -std=c11 $(OPT) -g -Wall -Wextra -Werror -fPIC \
                 -march=$(ARCH) -Iinclude -Isrc \
                 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE
 CFLAGS  += $(CFLAGS_COMMON) $(EXTRA_CFLAGS)
-LDLIBS  += -lm -lpthread
+# libxent's own link line; the tools add theirs (OpenBLAS: mk/model.mk).
+XENT_LDLIBS += -lm -lpthread
+TOOLS_LDLIBS ?=
 
-# NO_MODEL=1 leaves out the model and the audit (and so OpenBLAS): enough
-# for `make lib` of the kernels, as the Python package builds it.
-LIB_SRC  := $(sort $(wildcard src/*.c src/cpu/*.c src/io/*.c src/rl/*.c \
-              src/compare/*.c $(if $(NO_MODEL),,src/model/*.c src/audit/*.c)))
-CLI_SRC  := $(sort $(wildcard tools/*.c))
-TEST_SRC := $(sort $(wildcard tests/*.c))
-BENCH_SRC:= $(sort $(wildcard bench/*.c))
+# The layers, by folder. The stubs of a build without CUDA come from
+# mk/cuda.mk (src/cuda/*.c, src/model/gemm_stub.c).
+XENT_SRC  := $(sort $(wildcard src/core/*.c src/cpu/*.c src/io/*.c src/rl/*.c))
+TOOLS_SRC := $(sort $(filter-out src/model/gemm_stub.c, \
+               $(wildcard src/model/*.c src/audit/*.c src/compare/*.c)))
+CLI_SRC   := $(sort $(wildcard tools/xent.c tools/cmd_*.c))
+# the CLI's support (flag parser, input readers, progress line), which the
+# tests link too
+CLI_LIB_SRC := $(sort $(filter-out $(CLI_SRC), $(wildcard tools/*.c)))
+TEST_SRC  := $(sort $(wildcard tests/*.c))
 
-LIB_OBJ  = $(LIB_SRC:%.c=$(BUILD)/%.o)
-CLI_OBJ  = $(CLI_SRC:%.c=$(BUILD)/%.o)
-TEST_OBJ = $(TEST_SRC:%.c=$(BUILD)/%.o)
-# Extra objects linked into the library (CUDA kernels, from mk/cuda.mk).
-LIB_EXTRA_OBJ ?=
+XENT_OBJ  = $(XENT_SRC:%.c=$(BUILD)/%.o) $(XENT_EXTRA_OBJ)
+TOOLS_OBJ = $(TOOLS_SRC:%.c=$(BUILD)/%.o) $(TOOLS_EXTRA_OBJ)
+CLI_OBJ   = $(CLI_SRC:%.c=$(BUILD)/%.o)
+CLI_LIB_OBJ = $(CLI_LIB_SRC:%.c=$(BUILD)/%.o)
+TEST_OBJ  = $(TEST_SRC:%.c=$(BUILD)/%.o)
+# Extra objects of each library (CUDA kernels or stubs, from mk/cuda.mk).
+XENT_EXTRA_OBJ ?=
+TOOLS_EXTRA_OBJ ?=
 
-HEADERS := $(wildcard include/*.h include/xent/*.h src/*.h src/*/*.h tools/*.h tests/*.h)
+HEADERS := $(wildcard include/*.h include/xent/*.h src/*/*.h tools/*.h tests/*.h bench/*.h)
 
-.PHONY: all lib cli tests test test-c test-asan demo clean bench header-check setup
+.PHONY: all lib tools-lib cli tests test test-c test-asan demo clean bench header-check \
+        setup dev
 all: lib cli tests header-check
 
 -include mk/*.mk
 
 lib: $(BUILD)/libxent.a $(BUILD)/libxent.so
+tools-lib: $(BUILD)/libxent_tools.a
 cli: $(BUILD)/xent
 tests: $(BUILD)/xent_tests
 
@@ -48,24 +74,40 @@ $(BUILD)/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-# The kernels are vectorised at -O3.
+# libxent's objects: hidden visibility, XENT_API (include/xent.h) exports
+# the public functions; the kernels are vectorised at -O3.
+$(XENT_OBJ): CFLAGS += -fvisibility=hidden
 $(BUILD)/src/cpu/%.o: OPT = -O3 $(VEC512)
 VEC512 := $(if $(filter x86_64,$(shell uname -m)),-mprefer-vector-width=512)
 
-$(BUILD)/libxent.a: $(LIB_OBJ) $(LIB_EXTRA_OBJ)
+$(BUILD)/libxent.a: $(XENT_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/libxent.so: $(LIB_OBJ) $(LIB_EXTRA_OBJ)
-	$(CC) -shared -o $@ $^ $(LDFLAGS) $(LDLIBS)
+$(BUILD)/libxent.so: $(XENT_OBJ)
+	$(CC) -shared -o $@ $^ $(LDFLAGS) $(XENT_LDLIBS)
 
-# Whole-archive so constructor-registered CLI commands/tests in the library
-# are kept; the CLI and the tests link the static library.
-$(BUILD)/xent: $(CLI_OBJ) $(BUILD)/libxent.a
-	$(CC) -o $@ $(CLI_OBJ) $(BUILD)/libxent.a $(LDFLAGS) $(LDLIBS)
+$(BUILD)/libxent_tools.a: $(TOOLS_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
 
-$(BUILD)/xent_tests: $(TEST_OBJ) $(BUILD)/libxent.a
-	$(CC) -o $@ $(TEST_OBJ) $(BUILD)/libxent.a $(LDFLAGS) $(LDLIBS)
+$(BUILD)/libxent_cli.a: $(CLI_LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+# The tools, the CLI and the tests are built on this machine, for it
+# (TOOLS_ARCH); the library itself for ARCH.
+$(TOOLS_OBJ) $(CLI_OBJ) $(CLI_LIB_OBJ) $(TEST_OBJ): ARCH = $(TOOLS_ARCH)
+TOOLS_ARCH ?= native
+
+# The CLI and the tests link the static libraries, the upper layers first.
+LINK_ALL = $(BUILD)/libxent_cli.a $(BUILD)/libxent_tools.a $(BUILD)/libxent.a $(LDFLAGS) \
+           $(TOOLS_LDLIBS) $(XENT_LDLIBS)
+$(BUILD)/xent: $(CLI_OBJ) $(BUILD)/libxent_cli.a $(BUILD)/libxent_tools.a $(BUILD)/libxent.a
+	$(CC) -o $@ $(CLI_OBJ) $(LINK_ALL)
+
+$(BUILD)/xent_tests: $(TEST_OBJ) $(BUILD)/libxent_cli.a $(BUILD)/libxent_tools.a $(BUILD)/libxent.a
+	$(CC) -o $@ $(TEST_OBJ) $(LINK_ALL)
 
 # The public header must compile as C and as C++.
 header-check: $(BUILD)/header_check.stamp
@@ -80,9 +122,11 @@ test-c: all
 	$(BUILD)/xent_tests $(TEST_ARGS)
 
 # Same tests under AddressSanitizer + UndefinedBehaviorSanitizer, built with
-# the generic (non-AVX-512) loops, which must give the same bits.
+# the generic (non-AVX-512) loops, which must give the same bits. The CUDA
+# kernels are not built there (their stubs are): the sanitizers check the
+# host code, and the GPU stage runs compute-sanitizer on the kernels.
 test-asan:
-	$(MAKE) BUILD=build-asan OPT=-O1 \
+	$(MAKE) BUILD=build-asan OPT=-O1 NVCC= \
 	  EXTRA_CFLAGS="-DXENT_NO_SIMD -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \
 	  LDFLAGS="-fsanitize=address,undefined" build-asan/xent_tests build-asan/xent
 	XENT_SANITIZER=1 build-asan/xent_tests $(TEST_ARGS)
@@ -91,17 +135,28 @@ test-asan:
 setup:
 	@sh scripts/setup.sh
 
+# `make test` and `make demo` build where the kernels will run: with a GPU
+# (and nvcc), the full build in $(BUILD); without one, the CPU-only build in
+# $(BUILD)/cpu (no CUDA compile). The CUDA part is then compiled by the
+# test stage tests/stages/cuda_build.sh where CI asks for it.
+HAVE_GPU := $(shell nvidia-smi -L >/dev/null 2>&1 && echo 1)
+RUN_CUDA := $(and $(HAVE_GPU),$(strip $(NVCC)))
+RUN_BUILD ?= $(if $(RUN_CUDA),$(BUILD),$(if $(strip $(NVCC)),$(BUILD)/cpu,$(BUILD)))
+RUN_MAKE = $(MAKE) --no-print-directory BUILD=$(RUN_BUILD) $(if $(RUN_CUDA),,NVCC=)
+
 test: setup
-	@$(MAKE) --no-print-directory all
-	@sh tests/run_all.sh
+	@echo "test: building in $(RUN_BUILD)$(if $(RUN_CUDA), (with CUDA), (CPU only))"
+	@$(RUN_MAKE) -j$(JOBS) all
+	@BUILD=$(RUN_BUILD) sh tests/run_all.sh
 
 # The main job: the dead-zone table, then the layer-by-layer audit of the
 # default model (fetched on first use) with the default precision variants.
 demo: setup
-	@$(MAKE) --no-print-directory all
-	$(BUILD)/xent sweep
+	@echo "demo: building the CLI in $(RUN_BUILD)$(if $(RUN_CUDA), (with CUDA), (CPU only))"
+	@$(RUN_MAKE) -j$(JOBS) cli
+	$(RUN_BUILD)/xent sweep
 	@$(MAKE) --no-print-directory model
-	$(DEMO_BLAS) $(BUILD)/xent audit $(DEMO_ARGS)
+	$(DEMO_BLAS) $(RUN_BUILD)/xent audit $(DEMO_ARGS)
 
 bench: all
 	@sh bench/run_cpu.sh

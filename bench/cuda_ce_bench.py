@@ -20,8 +20,7 @@ without the check); the peers one after another. Floor: 4*T*V
 bytes (one bf16 read + one bf16 write) at the device copy bandwidth
 measured in this run; forward-only:
 2*T*V bytes at the read bandwidth measured in this run (the faster of
-torch's sum and a plain Triton read kernel over 4 GiB; both printed; until
-2026-12-02 torch's sum alone, a few percent slower). Extra memory: peak
+torch's sum and a plain Triton read kernel over 4 GiB; both printed). Extra memory: peak
 allocated by the call beyond its inputs and its gradient (torch's allocator;
 xent's scratch, from its own stream-ordered pool, is reported by
 construction: with a gradient and a reduced loss, 16 + 576 bytes a call
@@ -29,10 +28,12 @@ whatever T; forward-only, 16 bytes a row plus 16).
 
 Usage: python3 bench/cuda_ce_bench.py [--shapes 16384x128256,8192x151936,32768x32000]
        [--reps 20] [--warmup 3] [--lib build/libxent.so] [--json FILE] [--no-compile]
-       [--no-peers] [--exact] [--variants XENT_CUDA_CLUSTER=0,XENT_CUDA_CLUSTER=4:128,...]
-(--exact: xent in exact mode too, in place and forward-only; a variant times xent again with those environment settings: forward +
-backward into the gradient buffer and in place, and forward-only; e.g. the
-streaming kernel forced, or the on-chip kernel with clusters of 4 blocks)
+       [--no-peers] [--exact] [--variants kernel=1,kernel=2+onchip_blocks=4,...]
+(--exact: xent in exact mode too, in place and forward-only; a variant times
+xent again under that kernel plan (fields of xent_cuda_plan, include/xent/cuda.h,
+joined by +): forward + backward into the gradient buffer and in place, and
+forward-only; e.g. the streaming kernel forced, or the on-chip kernel with
+clusters of 4 blocks)
 """
 import argparse
 import ctypes as C
@@ -49,6 +50,30 @@ import torch.nn.functional as F
 # ---------------------------------------------------------------- ctypes --
 XENT_F32, XENT_BF16, XENT_F16, XENT_I64 = 0, 1, 2, 5
 REDUCE_NONE, REDUCE_SUM, REDUCE_MEAN = 0, 1, 2
+
+
+class Plan(C.Structure):
+    _fields_ = [("kernel", C.c_int32), ("block", C.c_int32), ("stage_bytes", C.c_int32),
+                ("onchip_blocks", C.c_int32), ("onchip_threads", C.c_int32),
+                ("onchip_groups", C.c_int32), ("linear_rows", C.c_int64)]
+
+
+def set_plan(lib, spec):
+    """Sets the calling thread's kernel plan from "field=value[+field=value]"
+    ("" or None: the default plan)."""
+    plan = Plan()
+    for kv in filter(None, (spec or "").split("+")):
+        name, value = kv.split("=", 1)
+        if name not in dict(Plan._fields_):
+            raise SystemExit(f"unknown plan field '{name}' (fields: "
+                             f"{', '.join(f for f, _ in Plan._fields_)})")
+        setattr(plan, name, int(value))
+    if not hasattr(lib, "xent_cuda_set_plan"):
+        if spec:
+            raise SystemExit(f"plan {spec}: this build has no xent_cuda_set_plan")
+        return
+    if lib.xent_cuda_set_plan(C.byref(plan), None) != 0:
+        raise SystemExit(f"plan {spec}: {lib.xent_last_error().decode()}")
 
 
 class Input(C.Structure):
@@ -86,6 +111,9 @@ def load_lib(path):
     if hasattr(lib, "xent_cuda_set_exact"):  # (builds before exact mode lack it)
         lib.xent_cuda_set_exact.restype = C.c_int
         lib.xent_cuda_set_exact.argtypes = [C.c_int]
+    if hasattr(lib, "xent_cuda_set_plan"):  # (builds before the kernel plan lack it)
+        lib.xent_cuda_set_plan.restype = C.c_int
+        lib.xent_cuda_set_plan.argtypes = [C.POINTER(Plan), C.c_void_p]
     if hasattr(lib, "xent_abi_sizeof"):
         lib.xent_abi_sizeof.restype = C.c_size_t
         lib.xent_abi_sizeof.argtypes = [C.c_char_p]
@@ -223,8 +251,9 @@ def main():
                          "precise path), in place and forward-only (default: off)")
     ap.add_argument("--variants", default="",
                     help="also time xent under launch settings, comma-separated, each "
-                         "NAME=VALUE[+NAME=VALUE] (XENT_CUDA_CLUSTER=C[:NT], XENT_CUDA_BLOCK, "
-                         "XENT_CUDA_SMEM), on each shape (default: none)")
+                         "kernel plans, FIELD=VALUE[+FIELD=VALUE] of xent_cuda_plan "
+                         "(kernel, block, stage_bytes, onchip_blocks, onchip_threads, "
+                         "onchip_groups), on each shape (default: none)")
     args = ap.parse_args()
 
     lib = load_lib(args.lib)
@@ -324,8 +353,7 @@ def main():
             add("logprobs", "xent exact mode", ms, None, rfloor_ms)
             restore()
         for var in filter(None, args.variants.split(",")):
-            env = dict(kv.split("=", 1) for kv in var.split("+"))
-            os.environ.update(env)
+            set_plan(lib, var)
             ms, _ = time_it(lambda: xent_call(grad.data_ptr(), logits), args.reps, args.warmup)
             add("fwd+bwd", f"xent variant {var}", ms, None, floor_ms)
             ms, _ = time_it(lambda: xent_call(logits.data_ptr(), logits), args.reps, args.warmup,
@@ -341,8 +369,7 @@ def main():
                                        None, stream())
             ms, _ = time_it(lp_call, args.reps, args.warmup)
             add("logprobs", f"xent variant {var}", ms, None, rfloor_ms)
-            for name in env:
-                os.environ.pop(name, None)
+            set_plan(lib, None)
         xent_loss = None
         xent_call(grad.data_ptr(), logits)
         xent_loss = loss.item()

@@ -24,8 +24,7 @@ given (allocated beforehand, so not seen by the peak).
 Rates: the bf16 matrix rate is measured in the same run (torch.matmul
 8192^3 bf16). Forward + backward rows give TFLOP/s counted as 6*T*H*V/time
 (the three products a fused head must do: logits, dhidden, dweight) and as
-8*T*H*V/time (the convention of shared/reference/ANCHORS.md section 3,
-which also counts recomputing the logits), each with its fraction of the
+8*T*H*V/time (a convention that also counts recomputing the logits), each with its fraction of the
 measured matrix rate; forward-only rows count 2*T*H*V.
 Correctness, per shape: xent's loss against a float64 reference computed
 from the same bf16 inputs (logits = hidden.double() @ weight.double().T, in
@@ -361,11 +360,11 @@ def main(args):
         torch.cuda.empty_cache()
     print()
     print(f"bf16 matrix rate measured in this run: {mm_rate / 1e12:.1f} TFLOP/s (8192^3). "
-          f"Forward+backward rates: 6*T*H*V/time and 8*T*H*V/time (ANCHORS.md convention); "
+          f"Forward+backward rates: 6*T*H*V/time and 8*T*H*V/time (counting a recomputation of the logits); "
           f"logprobs: 2*T*H*V/time.")
     print()
     print("| T, H, V | kind | implementation | time (ms) | extra memory | TFLOP/s 6THV "
-          "| % mm | TFLOP/s 8THV (ANCHORS) | % mm |")
+          "| % mm | TFLOP/s 8THV | % mm |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         ex = "" if r["extra_gib"] is None else (

@@ -11,19 +11,20 @@ build it also checks that xent_cuda_ce's log-probabilities (with a
 gradient) equal xent_cuda_logprobs'. For kernel changes meant to keep the
 bits: build the old tree and the new one, then
 
-    python3 bench/cuda_same_bits.py OLD/libxent.so NEW/libxent.so [ENV_OLD [ENV_NEW]]
+    python3 bench/cuda_same_bits.py OLD/libxent.so NEW/libxent.so [PLAN_OLD [PLAN_NEW]]
 
-ENV_OLD and ENV_NEW (NAME=VALUE, or - for none) are set in the environment
-around each build's calls, so that one build can be compared with itself
-under two launch settings (XENT_CUDA_CLUSTER, XENT_CUDA_BLOCK).
+PLAN_OLD and PLAN_NEW (kernel plans, FIELD=VALUE[+FIELD=VALUE] of
+xent_cuda_plan, or - for the default) are set around each build's calls, so
+that one build can be compared with itself under two plans.
 It prints one line per difference and ends with "bitwise: N same, M
 different"; it exits 1 when any differ."""
-import ctypes as C, os, sys
+import ctypes as C, sys
 import torch
 sys.path.insert(0, "bench")
-from cuda_ce_bench import Input, Output, default_opts, load_lib, XENT_BF16, XENT_F16, XENT_F32, XENT_I64
+from cuda_ce_bench import (Input, Output, default_opts, load_lib, set_plan, XENT_BF16, XENT_F16,
+                           XENT_F32, XENT_I64)
 libs = [load_lib(sys.argv[1]), load_lib(sys.argv[2])]
-envs = [a.split("=", 1) if a != "-" else None for a in (sys.argv[3:5] + ["-", "-"])[:2]]
+plans = [a if a != "-" else None for a in (sys.argv[3:5] + ["-", "-"])[:2]]
 stream = lambda: C.c_void_p(torch.cuda.current_stream().cuda_stream)
 DT = {torch.bfloat16: XENT_BF16, torch.float16: XENT_F16, torch.float32: XENT_F32}
 torch.manual_seed(2)  # fixed: both builds see the same inputs
@@ -36,11 +37,11 @@ cases += [(128256, torch.bfloat16, 2.0, 3), (50021, torch.float16, 2.0, 8)]
 opts_list = ((1.0, 0.0, 0.0, 0.0), (0.7, 0.1, 1e-4, 0.0), (1.0, 0.0, 0.0, 30.0))
 n = bad = 0
 def run(side, x, lab, T, V, ld, dt, o, grad, with_ent):
-    if envs[side]: os.environ[envs[side][0]] = envs[side][1]
+    set_plan(libs[side], plans[side])
     try:
         return run1(libs[side], x, lab, T, V, ld, dt, o, grad, with_ent)
     finally:
-        if envs[side]: del os.environ[envs[side][0]]
+        set_plan(libs[side], None)
 def run1(lib, x, lab, T, V, ld, dt, o, grad, with_ent):
     outs = {k: torch.full((T,), float("nan"), device="cuda") for k in ("nll", "lse", "logprob", "entropy")}
     loss = torch.full((1,), float("nan"), device="cuda")

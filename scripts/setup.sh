@@ -32,6 +32,14 @@ if [ -f .ci/setup-pip.txt ] && command -v "$PY" >/dev/null 2>&1; then
     done
     if [ -n "$pmissing" ]; then
         echo "setup: installing Python packages:$pmissing"
-        "$PY" -m pip install -q $pmissing
+        # torch from PyPI brings its CUDA runtime wheels (about 5 GB, 1.5 to
+        # 3 min): the CPU tests need only its CPU part, but PyPI has no
+        # CPU-only Linux build.
+        case " $pmissing " in *" torch "*)
+            echo "setup: torch is large (about 5 GB with its nvidia-* wheels); this takes a few minutes" ;;
+        esac
+        t0=$(date +%s)
+        "$PY" -m pip install -q --progress-bar off $pmissing
+        echo "setup: Python packages installed in $(( $(date +%s) - t0 )) s"
     fi
 fi

@@ -400,20 +400,20 @@ static void check_json(const char *path, const xent_audit_result *r) {
     char *s = slurp(path, &len);
     CHECK(s != NULL, "json not written");
     if (!s) return;
-    xent__json j;
-    xent_status st = xent__json_parse(s, len, path, &j);
+    xent_json j;
+    xent_status st = xent_json_parse(s, len, path, &j);
     CHECK(st == XENT_OK, "json: %s", xent_last_error());
     if (st == XENT_OK) {
-        const xent__jnode *tk = xent__json_get(&j, &j.nodes[0], "tokens");
-        CHECK(tk && tk->type == XENT__J_ARR && tk->count == r->batch, "tokens rows");
-        const xent__jnode *row0 = tk ? &j.nodes[tk->first] : NULL;
+        const xent_json_node *tk = xent_json_get(&j, &j.nodes[0], "tokens");
+        CHECK(tk && tk->type == XENT_JSON_ARR && tk->count == r->batch, "tokens rows");
+        const xent_json_node *row0 = tk ? &j.nodes[tk->first] : NULL;
         CHECK(row0 && row0->count == r->seq_len, "tokens row length");
         int64_t id = -1;
-        if (row0) xent__json_uint(&j.nodes[row0->first], &id);
+        if (row0) xent_json_uint(&j.nodes[row0->first], &id);
         CHECK(id == r->tokens[0], "first token %lld vs %d", (long long)id, r->tokens[0]);
-        const xent__jnode *vs = xent__json_get(&j, &j.nodes[0], "variants");
+        const xent_json_node *vs = xent_json_get(&j, &j.nodes[0], "variants");
         CHECK(vs && vs->count == r->variants.n, "variants");
-        xent__json_free(&j);
+        xent_json_free(&j);
     }
     free(s);
 }
@@ -581,7 +581,7 @@ TEST(audit_cli_end_to_end) {
     expect_cli(dir, args, 1, "err", "missing.gguf");
     snprintf(args, sizeof args, "--model %s --text %s", gguf, gguf);
     expect_cli(dir, args, 2, "err", "tokenizer");
-    expect_cli(dir, "--help", 0, "out", "--seq-len N         tokens per row (default 512)");
+    expect_cli(dir, "--help", 0, "out", "--seq-len N         tokens per row (default: 512)");
     static const char *const flags[] = {"--model", "--text", "--random-tokens",
         "--seed", "--seq-len", "--batch", "--variant", "--variants", "--json",
         "--html", "--threads", "--device", "--quiet"};
@@ -684,9 +684,9 @@ TEST(audit_reports_with_nonfinite_variant) {
     CHECK(xent__audit_write_json(&r, jpath) == XENT_OK, "%s", xent_last_error());
     size_t len = 0;
     char *s = slurp(jpath, &len);
-    xent__json j;
-    CHECK(s && xent__json_parse(s, len, jpath, &j) == XENT_OK, "json: %s", xent_last_error());
-    if (s) xent__json_free(&j);
+    xent_json j;
+    CHECK(s && xent_json_parse(s, len, jpath, &j) == XENT_OK, "json: %s", xent_last_error());
+    if (s) xent_json_free(&j);
     CHECK(s && strstr(s, "\"rms_rel\": null") && strstr(s, "\"n_nonfinite\": 1") &&
               strstr(s, "synthetic \\\"model\\\""), "null metrics / escapes");
     free(s);

@@ -36,58 +36,79 @@ static long double o_slope(const oracle_opts *o, long double z) {
 
 typedef struct { long double lse, nll, entropy, loss; } o_row;
 
+/* z'_j - z'(zm) for the row's raw max zm, formed without the cancellation
+ * of two huge z' (logits up to 3.4e38): (z - zm) / tau is exact in long
+ * double up to one rounding relative to itself. */
+static long double o_rel(const oracle_opts *o, float z, long double zm) {
+    if (o->softcap > 0) return o_xf(o, z) - o_xf(o, zm);
+    return ((long double)z - zm) / (long double)o->temperature;
+}
+
+static long double o_softplus(long double d) {
+    return d > 0 ? d + log1pl(expl(-d)) : log1pl(expl(d));
+}
+
 /* One row of V logits (exact values), target t (-1 = none). grad: [V] of
- * dL/dz for a unit upstream gradient (NULL: not computed). */
+ * dL/dz for a unit upstream gradient (NULL: not computed). Everything is
+ * formed relative to the non-target max M (x_j = z'_j - M, L = lse - M),
+ * so the oracle holds at every finite magnitude. */
 static o_row oracle_row(const float *z, int64_t V, int64_t t, const oracle_opts *o,
                         long double *grad) {
     o_row r;
-    long double M = -INFINITY;
+    long double zm = -INFINITY;
     for (int64_t j = 0; j < V; j++)
-        if (j != t && o_xf(o, z[j]) > M) M = o_xf(o, z[j]);
-    long double S = 0, Z = 0;
-    for (int64_t j = 0; j < V; j++) {
-        Z += o_xf(o, z[j]);
-        if (j != t) S += expl(o_xf(o, z[j]) - M);
-    }
-    if (t >= 0) {
-        long double zt = o_xf(o, z[t]);
-        long double d = S > 0 ? (M - zt) + logl(S) : -INFINITY;
-        r.nll = d > 0 ? d + log1pl(expl(-d)) : log1pl(expl(d));
-        r.lse = zt + r.nll;
-    } else {
-        r.lse = M + logl(S);
+        if (j != t && z[j] > zm) zm = z[j];
+    long double M = zm == -INFINITY ? -INFINITY : o_xf(o, zm);
+    long double S = 0, Zrel = 0;
+    for (int64_t j = 0; j < V; j++)
+        if (j != t) {
+            long double xj = o_rel(o, z[j], zm);
+            S += expl(xj);
+            Zrel += xj;
+        }
+    /* L = lse - M, from non-negative terms */
+    long double L = 0, H = 0;
+    if (t >= 0 && S == 0) { /* V = 1: the target alone */
         r.nll = 0;
+        r.lse = o_xf(o, z[t]);
+        r.entropy = 0;
+        r.loss = (long double)o->z_loss * r.lse * r.lse;
+        if (grad) grad[t] = 0;
+        return r;
     }
-    /* H = sum_{j != t} p_j (L - x_j) + p_t nll with L = lse - M formed from
-     * non-negative terms (a direct sum of p log p loses the dominant term:
-     * its log p is tiny and z_j - lse cancels). */
-    long double L, H = 0;
     if (t >= 0) {
-        long double d = S > 0 ? (M - o_xf(o, z[t])) + logl(S) : -INFINITY;
-        L = (S > 0 ? logl(S) : 0) + log1pl(expl(-d));
+        long double xt = o_rel(o, z[t], zm);
+        Zrel += xt;
+        long double d = logl(S) - xt; /* lse_{j != t} - z'_t */
+        r.nll = o_softplus(d);
+        L = logl(S) + o_softplus(-d);
+        r.lse = d <= 0 ? o_xf(o, z[t]) + r.nll : M + L;
         H = expl(-r.nll) * r.nll;
     } else { /* L = log S = log1p(S - 1), S - 1 summed without the max's 1 */
         long double Sm1 = -1;
         for (int64_t j = 0; j < V; j++) {
-            long double xj = o_xf(o, z[j]) - M;
+            long double xj = o_rel(o, z[j], zm);
             Sm1 += xj == 0 ? 1.0L : 0;
         }
         for (int64_t j = 0; j < V; j++) {
-            long double xj = o_xf(o, z[j]) - M;
+            long double xj = o_rel(o, z[j], zm);
             if (xj != 0) Sm1 += expl(xj);
         }
         L = log1pl(Sm1);
         r.lse = M + L;
+        r.nll = 0;
     }
-    if (S > 0)
-        for (int64_t j = 0; j < V; j++)
-            if (j != t) {
-                long double xj = o_xf(o, z[j]) - M;
-                H += expl(xj - L) * (L - xj);
-            }
+    /* H = sum_{j != t} p_j (L - x_j) + p_t nll (a direct sum of p log p
+     * loses the dominant term: its log p is tiny and z_j - lse cancels). */
+    for (int64_t j = 0; j < V; j++)
+        if (j != t) {
+            long double xj = o_rel(o, z[j], zm);
+            H += expl(xj - L) * (L - xj);
+        }
     r.entropy = H;
+    /* lse - mean z' = L - mean x (each lse - z'_j >= 0) */
     r.loss = t >= 0 ? (1 - (long double)o->eps) * r.nll +
-                          (long double)o->eps * (r.lse - Z / V) +
+                          (long double)o->eps * (L - Zrel / V) +
                           (long double)o->z_loss * r.lse * r.lse
                     : 0;
     if (grad) {
@@ -99,7 +120,7 @@ static o_row oracle_row(const float *z, int64_t V, int64_t t, const oracle_opts 
             else if (j == t)
                 grad[j] = c * (expm1l(-r.nll) + 2 * (long double)o->z_loss * r.lse * expl(-r.nll) +
                                (long double)o->eps * (1 - 1.0L / V));
-            else grad[j] = c * (a * expl(o_xf(o, z[j]) - r.lse) - b);
+            else grad[j] = c * (a * expl(o_rel(o, z[j], zm) - L) - b);
         }
     }
     return r;
@@ -216,7 +237,9 @@ static void check_row(const float *z, int64_t V, int64_t t, xent_dtype dt,
         double e = ulps_dt(g, og[j], gdt);
         if (o->label_smoothing > 0 && j != t && !isnan(g)) {
             /* absolute bound for the cancelling p_j - eps/V */
-            long double pj = expl(o_xf(&oo, z[j]) - want.lse);
+            /* p_j from the oracle's own gradient (no z' - lse: huge rows) */
+            long double pj = (og[j] / o_slope(&oo, z[j]) + (long double)o->label_smoothing / V) /
+                             (1 + 2 * (long double)o->z_loss * want.lse);
             long double bnd = ldexpl(pj + (long double)o->label_smoothing / V, -40) * o_slope(&oo, z[j]);
             long double err = fabsl((long double)g - og[j]);
             /* one ulp of the value in the output format */
@@ -327,6 +350,72 @@ TEST(ce_options_vs_oracle) {
                 free(z);
                 CHECK_LIMIT(10);
             }
+}
+
+/* The fp32 gradient path (docs/numerics.md, "The fp32 gradient path"):
+ * bf16/fp16 gradients without softcap or label smoothing whose row scale
+ * c = g/tau (1 + 2k lse) exp(M - lse) is in [2^-126, 1] are formed as one
+ * fp32 product of fl32(exp(z'_j - M)) and fl32(c). Every gradient entry is
+ * checked against the oracle (times the upstream scale g) with the 1-ulp
+ * bound, for scales on both sides of each edge of the path (those outside
+ * take the fp64 path), rows wide enough that entries reach the subnormals
+ * of bf16 and fp16, and the backward from saved statistics bitwise. */
+TEST(ce_grad_f32_path_vs_oracle) {
+    const double scales[] = {1.0, 0.75, 1.0 - 0x1p-20, 1.0 + 0x1p-20, 3e2, 0x1p-100,
+                             0x1.8p-126, 0x1p-127, 1e-30};
+    const double taus[] = {1.0, 0.8, 3.0};
+    const xent_dtype gts[2] = {XENT_BF16, XENT_F16};
+    const int64_t V = 3000;
+    float *z = malloc((size_t)V * sizeof(float));
+    long double *og = malloc((size_t)V * sizeof(long double));
+    for (size_t si = 0; si < sizeof scales / sizeof scales[0]; si++)
+        for (int ti = 0; ti < 3; ti++)
+            for (int gi = 0; gi < 2; gi++)
+                for (int kz = 0; kz < 2; kz++) {
+                    xent_dtype dt = kDtypes[xt_randint(xt_rng(), 3)], gdt = gts[gi];
+                    int64_t t = xt_randint(xt_rng(), V);
+                    /* sigma 25: p_j from ~1 down to e^-150 */
+                    make_row(z, V, t, 25.0, 0.0, (double)(xt_randint(xt_rng(), 60) - 20), dt);
+                    oracle_opts oo = {taus[ti], 0, kz ? 1e-3 : 0, 0};
+                    o_row want = oracle_row(z, V, t, &oo, og);
+                    (void)want;
+                    xent_ce_opts o;
+                    xent_ce_opts_init(&o);
+                    o.reduction = XENT_REDUCE_SUM;
+                    o.grad_scale = scales[si];
+                    o.temperature = taus[ti];
+                    o.z_loss = kz ? 1e-3 : 0;
+                    void *grad = alloc_dt(V, gdt), *g2 = alloc_dt(V, gdt);
+                    row_out ro;
+                    float loss;
+                    CHECK(run_one(z, V, t, dt, &o, gdt, grad, &ro, &loss) == XENT_OK, "%s", xent_last_error());
+                    double worst = 0;
+                    int64_t wj = 0;
+                    for (int64_t j = 0; j < V; j++) {
+                        double e = ulps_dt(load_dt(grad, gdt, j), og[j] * (long double)scales[si], gdt);
+                        if (e > worst) { worst = e; wj = j; }
+                    }
+                    CHECK(worst <= 1, "scale %g tau %g kz %d %s->%s: gradient[%lld] %.9g vs %.9Lg: %g ulp",
+                          scales[si], taus[ti], kz, xent_dtype_name(dt), xent_dtype_name(gdt), (long long)wj,
+                          load_dt(grad, gdt, wj), og[wj] * (long double)scales[si], worst);
+                    /* the backward from saved statistics: the same bits */
+                    void *logits = alloc_dt(V, dt);
+                    for (int64_t j = 0; j < V; j++) store_dt(logits, dt, j, z[j]);
+                    xent_ce_input in = {logits, dt, 1, V, 0, &t, XENT_I64, NULL};
+                    xent_ce_stats st;
+                    xent_ce_output out;
+                    memset(&out, 0, sizeof out);
+                    out.stats = &st;
+                    CHECK(xent_ce(&in, &o, &out) == XENT_OK, "%s", xent_last_error());
+                    CHECK(xent_ce_backward(&in, &o, &st, g2, gdt, 0) == XENT_OK, "%s", xent_last_error());
+                    CHECK(memcmp(grad, g2, (size_t)V * 2) == 0, "scale %g: backward from stats differs", scales[si]);
+                    free(logits);
+                    free(grad);
+                    free(g2);
+                    CHECK_LIMIT(10);
+                }
+    free(z);
+    free(og);
 }
 
 /* The oracle's gradient formula itself, by central finite differences of
@@ -1042,4 +1131,313 @@ TEST(ce_golden_bits_across_builds) {
 #endif
     CHECK(h == want, "output bits hash 0x%016llx, recorded 0x%016llx", (unsigned long long)h,
           (unsigned long long)want);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Huge logits (issue 42 item 5) and every instruction-set path             */
+/* ---------------------------------------------------------------------- */
+
+/* The instruction-set paths this machine runs (baseline always). */
+static int isa_list(xent_isa *out) {
+    int n = 0;
+    const xent_isa all[] = {XENT_ISA_BASELINE, XENT_ISA_AVX2, XENT_ISA_AVX512};
+    for (int i = 0; i < 3; i++)
+        if (xent_cpu_isa_supported(all[i])) out[n++] = all[i];
+    return n;
+}
+
+static float dt_max(xent_dtype dt) {
+    return dt == XENT_F32 ? FLT_MAX : dt == XENT_BF16 ? 0x1.FEp127f : 65504.0f;
+}
+
+/* A row of kind k at magnitude s (clamped to dt's largest finite value):
+ *   0  all equal to +s              1  all equal to -s
+ *   2  +s plus/minus a few ulps      3  half +-s, half N(0, 2)
+ *   4  N(0, 2) with the target at -s 5  N(0, 2) with the target at +s
+ *   6  multiples of the smallest subnormal of dt (differences subnormal)
+ *   7  N(0, 2) plus a few columns at +s (one at the max) */
+static void huge_row(float *z, int64_t V, int64_t t, int k, double s, xent_dtype dt) {
+    double mx = dt_max(dt);
+    if (s > mx) s = mx;
+    double tiny = dt == XENT_F32 ? 0x1p-149 : dt == XENT_BF16 ? 0x1p-133 : 0x1p-24;
+    for (int64_t j = 0; j < V; j++) {
+        double v;
+        switch (k) {
+        case 0: v = s; break;
+        case 1: v = -s; break;
+        case 2: v = s * (1.0 - (double)xt_randint(xt_rng(), 4) * 0x1p-7); break;
+        case 3: v = xt_randint(xt_rng(), 2) ? (xt_randint(xt_rng(), 2) ? s : -s) : 2 * xt_normal(xt_rng()); break;
+        case 6: v = tiny * (double)xt_randint(xt_rng(), 5); break;
+        case 7: v = xt_randint(xt_rng(), 8) == 0 ? s : 2 * xt_normal(xt_rng()); break;
+        default: v = 2 * xt_normal(xt_rng()); break;
+        }
+        z[j] = round_dt(v, dt);
+        if (!isfinite(z[j])) z[j] = (float)(v > 0 ? mx : -mx);
+    }
+    if (t >= 0 && k == 4) z[t] = round_dt(-s, dt);
+    if (t >= 0 && k == 5) z[t] = round_dt(s, dt);
+    if (k == 7) z[(t + 1) % V] = round_dt(s, dt);
+}
+
+TEST(ce_huge_logits_vs_oracle) {
+    /* every output within 1 ulp of the oracle for logits up to 3.4e38, in
+     * every dtype, on every instruction-set path, with and without options */
+    const double scales[] = {3000, 1e5, 1e10, 1e15, 1e20, 1e30, 3.4e38};
+    struct { double tau, kz, eps; } opts[] = {{1, 0, 0}, {0.7, 0, 0}, {1.3, 0, 0.1}, {1, 1e-4, 0}};
+    xent_isa isas[3];
+    int nisa = isa_list(isas);
+    const int64_t V = 257;
+    float *z = malloc((size_t)V * sizeof(float));
+    for (int ii = 0; ii < nisa; ii++) {
+        CHECK(xent_cpu_set_isa(isas[ii]) == XENT_OK, "set %s: %s", xent_isa_name(isas[ii]), xent_last_error());
+        for (int d = 0; d < 3; d++)
+            for (size_t si = 0; si < sizeof scales / sizeof scales[0]; si++)
+                for (int k = 0; k < 8; k++) {
+                    int64_t t = xt_randint(xt_rng(), V + 1) - 1; /* -1: ignored row */
+                    huge_row(z, V, t, k, scales[si], kDtypes[d]);
+                    size_t oi = (size_t)xt_randint(xt_rng(), 4);
+                    xent_ce_opts o;
+                    xent_ce_opts_init(&o);
+                    o.temperature = opts[oi].tau;
+                    o.z_loss = opts[oi].kz;
+                    o.label_smoothing = opts[oi].eps;
+                    char what[160];
+                    snprintf(what, sizeof what, "%s %s scale %g kind %d t=%lld tau=%g kz=%g eps=%g (seed %llu)",
+                             xent_isa_name(isas[ii]), xent_dtype_name(kDtypes[d]), scales[si], k,
+                             (long long)t, o.temperature, o.z_loss, o.label_smoothing,
+                             (unsigned long long)xt_seed());
+                    check_row(z, V, t, kDtypes[d], &o, XENT_F32, what);
+                    check_row(z, V, t, kDtypes[d], &o, kDtypes[d], what);
+                    CHECK_LIMIT(10);
+                }
+    }
+    xent_cpu_set_isa(XENT_ISA_AUTO);
+    free(z);
+}
+
+TEST(ce_huge_equal_logits_issue_case) {
+    /* the reported case: a row of equal logits 1e20. Every non-target
+     * gradient is 1/V, the target's 1/V - 1, the row sums to 0, the row is
+     * finite; the backward from saved statistics gives the same bits. */
+    const int64_t V = 8, T = 2;
+    float z[16];
+    for (int i = 0; i < 16; i++) z[i] = 1e20f;
+    int64_t labels[2] = {3, 5};
+    float g[16], g2[16], nll[2];
+    xent_ce_stats st[2];
+    int64_t nonfinite = -1;
+    xent_ce_opts o;
+    xent_ce_opts_init(&o);
+    o.reduction = XENT_REDUCE_SUM;
+    xent_ce_input in = {z, XENT_F32, T, V, 0, labels, XENT_I64, NULL};
+    xent_ce_output out;
+    memset(&out, 0, sizeof out);
+    out.nll = nll;
+    out.stats = st;
+    out.grad = g;
+    out.grad_dtype = XENT_F32;
+    out.n_nonfinite = &nonfinite;
+    CHECK(xent_ce(&in, &o, &out) == XENT_OK, "%s", xent_last_error());
+    CHECK(nonfinite == 0, "nonfinite = %lld", (long long)nonfinite);
+    for (int r = 0; r < 2; r++) {
+        double sum = 0;
+        for (int j = 0; j < V; j++) {
+            float want = j == labels[r] ? 1.0f / 8 - 1 : 1.0f / 8;
+            CHECK(g[r * V + j] == want, "row %d grad[%d] = %.9g, want %.9g", r, j, g[r * V + j], want);
+            sum += g[r * V + j];
+        }
+        CHECK(sum == 0, "row %d: gradient sums to %g", r, sum);
+        CHECK(xt_ulp_dist_f32(nll[r], (float)log(8.0)) <= 1, "row %d nll %.9g", r, nll[r]);
+    }
+    CHECK(xent_ce_backward(&in, &o, st, g2, XENT_F32, 0) == XENT_OK, "%s", xent_last_error());
+    CHECK(!memcmp(g, g2, sizeof g), "backward from stats differs from the fused gradient");
+}
+
+TEST(ce_huge_backward_from_stats_bitwise) {
+    /* huge rows: a backward from the saved {lse, nll} recomputes what it
+     * cannot take from them and matches the fused gradient bitwise */
+    const int64_t V = 300, T = 24;
+    float *z = malloc((size_t)(T * V) * 4);
+    int64_t labels[24];
+    for (int r = 0; r < T; r++) {
+        labels[r] = r % 7 == 6 ? -100 : xt_randint(xt_rng(), V);
+        huge_row(z + r * V, V, labels[r] < 0 ? -1 : labels[r], r % 8, r % 3 ? 1e20 : 3e38, XENT_F32);
+    }
+    for (int gd = 0; gd < 3; gd++) {
+        xent_dtype gdt = kDtypes[gd];
+        void *g = alloc_dt(T * V, gdt), *g2 = alloc_dt(T * V, gdt);
+        xent_ce_stats *st = malloc((size_t)T * sizeof *st);
+        xent_ce_opts o;
+        xent_ce_opts_init(&o);
+        o.temperature = 0.9;
+        xent_ce_input in = {z, XENT_F32, T, V, 0, labels, XENT_I64, NULL};
+        xent_ce_output out;
+        memset(&out, 0, sizeof out);
+        out.stats = st;
+        out.grad = g;
+        out.grad_dtype = gdt;
+        CHECK(xent_ce(&in, &o, &out) == XENT_OK, "%s", xent_last_error());
+        CHECK(xent_ce_backward(&in, &o, st, g2, gdt, 0) == XENT_OK, "%s", xent_last_error());
+        CHECK(!memcmp(g, g2, (size_t)(T * V) * xent_dtype_size(gdt)),
+              "%s: backward from stats differs from the fused gradient", xent_dtype_name(gdt));
+        free(g); free(g2); free(st);
+    }
+    free(z);
+}
+
+TEST(ce_huge_shards_forward) {
+    /* sharded forward at huge magnitudes: nll, lse, entropy within 1 ulp of
+     * the unsharded call (docs/numerics.md: the sharded gradient and the
+     * label-smoothed loss of huge rows are outside the contract) */
+    const int64_t V = 600, T = 16;
+    float *z = malloc((size_t)(T * V) * 4);
+    int64_t labels[16];
+    for (int r = 0; r < T; r++) {
+        labels[r] = xt_randint(xt_rng(), V);
+        huge_row(z + r * V, V, labels[r], r % 8, r % 2 ? 1e25 : 3e38, XENT_F32);
+    }
+    xent_ce_opts o;
+    xent_ce_opts_init(&o);
+    o.temperature = 1.1;
+    float nll0[16], lse0[16], h0[16], nll1[16], lse1[16], h1[16];
+    xent_ce_input in = {z, XENT_F32, T, V, 0, labels, XENT_I64, NULL};
+    xent_ce_output out;
+    memset(&out, 0, sizeof out);
+    out.nll = nll0; out.lse = lse0; out.entropy = h0;
+    CHECK(xent_ce(&in, &o, &out) == XENT_OK, "%s", xent_last_error());
+    const int64_t cut[4] = {0, 111, 400, 600};
+    xent_ce_partial *parts = malloc((size_t)(3 * T) * sizeof *parts);
+    for (int k = 0; k < 3; k++) {
+        xent_ce_opts os = o;
+        os.vocab_start = cut[k];
+        os.vocab_total = V;
+        xent_ce_input is = {z + cut[k], XENT_F32, T, cut[k + 1] - cut[k], V, labels, XENT_I64, NULL};
+        CHECK(xent_ce_shard_stats(&is, &os, parts + k * T) == XENT_OK, "%s", xent_last_error());
+    }
+    xent_ce_opts oc = o;
+    oc.vocab_total = V;
+    memset(&out, 0, sizeof out);
+    out.nll = nll1; out.lse = lse1; out.entropy = h1;
+    CHECK(xent_ce_combine(parts, 3, &in, &oc, &out) == XENT_OK, "%s", xent_last_error());
+    for (int r = 0; r < T; r++)
+        CHECK(xt_ulp_dist_f32(nll0[r], nll1[r]) <= 1 && xt_ulp_dist_f32(lse0[r], lse1[r]) <= 1 &&
+                  xt_ulp_dist_f32(h0[r], h1[r]) <= 1,
+              "row %d: sharded nll/lse/H %.9g %.9g %.9g vs %.9g %.9g %.9g", r, nll1[r], lse1[r],
+              h1[r], nll0[r], lse0[r], h0[r]);
+    free(parts); free(z);
+}
+
+/* Every output bit of a set of inputs (normal and huge rows, every dtype
+ * pair and option set) on one path */
+static uint64_t isa_hash(void) {
+    const int64_t T = 13, V = 1237;
+    uint64_t lcg = 777, h = 1469598103934665603ull;
+    float *z = malloc((size_t)(T * V) * 4);
+    for (int64_t i = 0; i < T * V; i++) {
+        lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+        z[i] = (float)((double)(lcg >> 40) / (double)(1 << 24) * 24.0 - 8.0);
+    }
+    for (int64_t j = 0; j < V; j += 3) z[2 * V + j] = 1e20f;   /* a huge row */
+    for (int64_t j = 0; j < V; j++) z[5 * V + j] *= 1e30f;     /* another    */
+    /* pass 1's edges: a zero max of both signs, NaN in the body and in the
+     * tail, +-inf, the max in the tail */
+    for (int64_t j = 0; j < V; j++) z[7 * V + j] = j % 5 ? -fabsf(z[7 * V + j]) : (j % 2 ? -0.0f : 0.0f);
+    z[8 * V + 100] = NAN;
+    z[9 * V + V - 1] = NAN;
+    z[10 * V + 3] = INFINITY;
+    z[11 * V + 500] = -INFINITY;
+    z[12 * V + V - 2] = 40.0f;
+    int64_t labels[13];
+    for (int r = 0; r < 13; r++) labels[r] = r == 4 ? -100 : (r * 97) % V;
+    const double opt[4][4] = {{1, 0, 0, 0}, {0.7, 0, 1e-3, 0.1}, {1, 20, 0, 0}, {1.3, 8, 1e-4, 0.05}};
+    for (int d = 0; d < 3; d++)
+        for (int g = 0; g < 3; g++)
+            for (int k = 0; k < 4; k++) {
+                void *x = alloc_dt(T * V, kDtypes[d]), *gr = alloc_dt(T * V, kDtypes[g]);
+                for (int64_t i = 0; i < T * V; i++) store_dt(x, kDtypes[d], i, z[i]);
+                xent_ce_opts o;
+                xent_ce_opts_init(&o);
+                o.temperature = opt[k][0];
+                o.softcap = opt[k][1];
+                o.z_loss = opt[k][2];
+                o.label_smoothing = opt[k][3];
+                float loss, nll[13], lse[13], H[13];
+                xent_ce_input in = {x, kDtypes[d], T, V, 0, labels, XENT_I64, NULL};
+                xent_ce_output out = {&loss, nll, NULL, lse, H, NULL, gr, kDtypes[g], 0, NULL, NULL};
+                xent_ce(&in, &o, &out);
+                h = fnv(h, &loss, 4);
+                h = fnv(h, nll, sizeof nll);
+                h = fnv(h, lse, sizeof lse);
+                h = fnv(h, H, sizeof H);
+                /* a NaN row's gradient is NaN; its payload and sign are
+                 * not part of the contract (libm's software fma of the
+                 * baseline path and the fma instruction may differ there) */
+                for (int64_t i = 0; i < T * V; i++) {
+                    if (kDtypes[g] == XENT_F32) {
+                        float *f = (float *)gr;
+                        if (isnan(f[i])) f[i] = NAN;
+                    } else {
+                        uint16_t *u = (uint16_t *)gr;
+                        uint16_t inf = kDtypes[g] == XENT_BF16 ? 0x7F80 : 0x7C00;
+                        if ((u[i] & 0x7FFF) > inf) u[i] = inf | (uint16_t)(inf == 0x7F80 ? 0x40 : 0x200);
+                    }
+                }
+                h = fnv(h, gr, (size_t)(T * V) * xent_dtype_size(kDtypes[g]));
+                xent_ce_partial p[13];
+                xent_ce_shard_stats(&in, &o, p);
+                h = fnv(h, p, sizeof p);
+                free(x);
+                free(gr);
+            }
+    free(z);
+    return h;
+}
+
+TEST(cpu_isa_paths_same_bits) {
+    /* every path the CPU has gives the bits of the baseline path */
+    xent_isa isas[3];
+    int n = isa_list(isas);
+    uint64_t h0 = 0;
+    for (int i = 0; i < n; i++) {
+        CHECK(xent_cpu_set_isa(isas[i]) == XENT_OK, "%s", xent_last_error());
+        CHECK(xent_cpu_isa() == isas[i], "set %s, in use %s", xent_isa_name(isas[i]),
+              xent_isa_name(xent_cpu_isa()));
+        uint64_t h = isa_hash();
+        if (i == 0) h0 = h;
+        CHECK(h == h0, "%s: output bits hash 0x%016llx, baseline 0x%016llx", xent_isa_name(isas[i]),
+              (unsigned long long)h, (unsigned long long)h0);
+    }
+    xent_cpu_set_isa(XENT_ISA_AUTO);
+#if defined(__x86_64__)
+    CHECK(n == 3 || !xent_cpu_isa_supported(XENT_ISA_AVX512), "avx512 supported but not listed");
+#endif
+    if (n < 2) xt_skip("only the baseline path runs on this CPU");
+}
+
+TEST(cpu_isa_api) {
+    xent_isa best = xent_cpu_isa();
+    CHECK(best != XENT_ISA_AUTO && xent_cpu_isa_supported(best), "in use: %s", xent_isa_name(best));
+    CHECK(xent_cpu_isa_supported(XENT_ISA_BASELINE) && xent_cpu_isa_supported(XENT_ISA_AUTO), "baseline");
+    CHECK(!xent_cpu_isa_supported((xent_isa)99), "invalid path reported supported");
+    CHECK(xent_cpu_set_isa((xent_isa)99) == XENT_ERR_UNSUPPORTED, "invalid path accepted");
+    CHECK(xent_cpu_isa() == best, "a refused path changed the path in use");
+    CHECK(xent_cpu_set_isa(XENT_ISA_BASELINE) == XENT_OK && xent_cpu_isa() == XENT_ISA_BASELINE,
+          "baseline not selected");
+    CHECK(xent_cpu_set_isa(XENT_ISA_AUTO) == XENT_OK && xent_cpu_isa() == best,
+          "auto gives %s, first choice was %s", xent_isa_name(xent_cpu_isa()), xent_isa_name(best));
+    CHECK(!strcmp(xent_isa_name(XENT_ISA_AVX512), "avx512") && !strcmp(xent_isa_name((xent_isa)99), "invalid"),
+          "names");
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    CHECK(xent_cpu_isa_supported(XENT_ISA_AVX512) == (__builtin_cpu_supports("avx512f") &&
+                                                      __builtin_cpu_supports("avx512bw") &&
+                                                      __builtin_cpu_supports("avx512vl") &&
+                                                      __builtin_cpu_supports("avx512dq") &&
+                                                      __builtin_cpu_supports("avx2") &&
+                                                      __builtin_cpu_supports("fma") &&
+                                                      __builtin_cpu_supports("bmi2")),
+          "avx512 support disagrees with cpuid");
+#else
+    CHECK(xent_cpu_set_isa(XENT_ISA_AVX2) == XENT_ERR_UNSUPPORTED, "avx2 accepted off x86-64");
+#endif
 }

@@ -191,6 +191,14 @@ TEST(cli_ce_exit_codes_and_help) {
     CHECK(run_xent(dir, "ce --logits a --labels b --out o.npy --reduction avg") == 2, "bad --reduction");
     CHECK(run_xent(dir, "ce --logits a --labels b --out o.txt") == 2, "bad --out extension");
     CHECK(run_xent(dir, "ce --logits a --labels b --out o.npy --temperature x") == 2, "bad number");
+    char *e2 = slurp(dir, "stderr");
+    CHECK(strstr(e2, "--temperature") && strstr(e2, "'x'") && !strstr(e2, "opts."),
+          "the message names the flag and the value: %s", e2);
+    free(e2);
+    CHECK(run_xent(dir, "ce --logits a --labels b --out o.npy --label-smoothing=2") == 2, "range");
+    e2 = slurp(dir, "stderr");
+    CHECK(strstr(e2, "--label-smoothing expects a number in [0, 1], got '2'") != NULL, "%s", e2);
+    free(e2);
     CHECK(run_xent(dir, "ce --bogus") == 2, "unknown flag");
     snprintf(args, sizeof args, "ce --logits '%s/none.npy' --labels b.npy --out '%s/o.npy'", dir, dir);
     CHECK(run_xent(dir, args) == 1, "missing file exits 1");

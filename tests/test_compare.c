@@ -98,7 +98,7 @@ TEST(compare_fixture_hand_computed) {
     if (xt_failed()) return;
     CHECK(sa.n == 6 && sa.nseq == 2 && sa.offsets[1] == 4 && sa.mask && !sa.mask[0] && sa.mask[1],
           "a.jsonl read wrong: n %lld nseq %lld", (long long)sa.n, (long long)sa.nseq);
-    xent__cmp_data d = {sa.lp, sb.lp, sr.lp, 6, sa.tokens, sa.offsets, 2, sa.mask};
+    xent__cmp_data d = {sa.lp, sb.lp, sr.lp, 6, sa.tokens, sa.offsets, 2, sa.mask, NULL, NULL};
     xent__cmp_opts o;
     xent__cmp_opts_default(&o);
     o.clamp = 1.0;
@@ -219,10 +219,11 @@ TEST(compare_bad_values_counted_and_refused) {
     xent__cmp_scan_bad(a, 21, m, 8, &bad, NULL);
     CHECK(bad.zero_run == 0, "masked run: %lld", (long long)bad.zero_run);
 
-    xent__cmp_data d = {a, b, NULL, 21, NULL, NULL, 0, NULL};
+    xent__cmp_data d = {a, b, NULL, 21, NULL, NULL, 0, NULL, NULL, NULL};
     xent__cmp_opts o;
     xent__cmp_opts_default(&o);
     o.bootstrap = 0;
+    o.zero_run = 8; /* the default is 32: the run of 8 zeros above counts */
     xent__cmp_result r;
     CHECK(xent__cmp_compute(&d, &o, &r) == XENT_ERR_VALUE, "bad values accepted");
     CHECK(r.n_excluded == 11 && r.bad[0].nan == 1, "refusal counts %lld", (long long)r.n_excluded);
@@ -278,7 +279,7 @@ TEST(compare_validation_in_memory) {
     xent__cmp_opts o;
     xent__cmp_opts_default(&o);
     o.bootstrap = 10;
-    xent__cmp_data d = {a, b, NULL, 4, NULL, NULL, 0, NULL};
+    xent__cmp_data d = {a, b, NULL, 4, NULL, NULL, 0, NULL, NULL, NULL};
     CHECK(compute_once(&d, &o) == XENT_OK, "valid input refused: %s", xent_last_error());
     d.offsets = off_bad0; d.nseq = 2;
     CHECK(compute_once(&d, &o) == XENT_ERR_VALUE && strstr(xent_last_error(), "offsets[0]"), "offsets[0]");
@@ -657,7 +658,7 @@ TEST(compare_bootstrap_seeded) {
         b[i] = -3 - xt_uniform(g);
         a[i] = b[i] + 0.1 + 0.1 * xt_normal(g);
     }
-    xent__cmp_data d = {a, b, NULL, n, NULL, NULL, 0, NULL};
+    xent__cmp_data d = {a, b, NULL, n, NULL, NULL, 0, NULL, NULL, NULL};
     xent__cmp_opts o;
     xent__cmp_opts_default(&o);
     o.seed = 42;
@@ -704,7 +705,7 @@ TEST(compare_reference_decomposition) {
         a[i] = r[i] + common + 0.01 * xt_normal(g) + 0.003;
         b[i] = r[i] + common + 0.01 * xt_normal(g);
     }
-    xent__cmp_data d = {a, b, r, n, NULL, NULL, 0, NULL};
+    xent__cmp_data d = {a, b, r, n, NULL, NULL, 0, NULL, NULL, NULL};
     xent__cmp_opts o;
     xent__cmp_opts_default(&o);
     o.bootstrap = 0;
@@ -842,11 +843,13 @@ TEST(compare_cli_binary) {
     CHECK(sh(cmd, out, sizeof out) == 2, "bad --zero-run");
     CHECK(write_str(tmp("zeros.txt"), "0\n0\n0\n0\n0\n0\n0\n0\n-1\n"), "write");
     CHECK(write_str(tmp("ones.txt"), "-1\n-1\n-1\n-1\n-1\n-1\n-1\n-1\n-1\n"), "write");
-    snprintf(cmd, sizeof cmd, "%s compare %s %s 2>&1", exe, tmp("zeros.txt"), tmp("ones.txt"));
+    /* the CLI's default run length is 32 (xent_rl_loss_opts_init): 8 here */
+    snprintf(cmd, sizeof cmd, "%s compare %s %s --zero-run 8 2>&1", exe, tmp("zeros.txt"),
+             tmp("ones.txt"));
     CHECK(sh(cmd, out, sizeof out) == 1 && strstr(out, "--exclude-bad") &&
           strstr(out, "in runs of exact 0"), "zero-filled dump not refused: %s", out);
-    snprintf(cmd, sizeof cmd, "%s compare %s %s --exclude-bad --json - --quiet 2>&1", exe,
-             tmp("zeros.txt"), tmp("ones.txt"));
+    snprintf(cmd, sizeof cmd, "%s compare %s %s --zero-run 8 --exclude-bad --json - --quiet 2>&1",
+             exe, tmp("zeros.txt"), tmp("ones.txt"));
     CHECK(sh(cmd, out, sizeof out) == 0 && strstr(out, "\"used\": 1, \"excluded\": 8"),
           "--exclude-bad: %s", out);
     /* a file name that needs escaping in HTML */

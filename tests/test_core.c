@@ -53,3 +53,42 @@ TEST(core_dtype_names_and_status) {
     CHECK(xent_dtype_size(XENT_BF16) == 2 && xent_dtype_size(XENT_I64) == 8 && xent_dtype_size(XENT_DTYPE_COUNT) == 0,
           "sizes");
 }
+
+/* The CUDA kernel plan (every build has it): out-of-range fields are
+ * refused naming the field and change nothing; the old plan comes back;
+ * NULL restores the default. */
+TEST(core_cuda_plan_checks) {
+    xent_cuda_plan p, old, cur;
+    xent_cuda_plan_init(&p);
+    p.kernel = 2;
+    p.onchip_blocks = 4;
+    CHECK(xent_cuda_set_plan(&p, NULL) == XENT_OK, "a valid plan: %s", xent_last_error());
+    const struct { const char *field; int which; long long v; } bad[] = {
+        {"kernel", 0, 3},          {"kernel", 0, -1},         {"block", 1, 48},
+        {"block", 1, 2048},        {"stage_bytes", 2, -2},    {"stage_bytes", 2, 204801},
+        {"onchip_blocks", 3, 3},   {"onchip_threads", 4, 16}, {"onchip_threads", 4, 288},
+        {"onchip_groups", 5, -1},  {"linear_rows", 6, -1},    {"linear_rows", 6, (1 << 20) + 1}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        xent_cuda_plan q;
+        xent_cuda_plan_init(&q);
+        switch (bad[i].which) {
+        case 0: q.kernel = (int32_t)bad[i].v; break;
+        case 1: q.block = (int32_t)bad[i].v; break;
+        case 2: q.stage_bytes = (int32_t)bad[i].v; break;
+        case 3: q.onchip_blocks = (int32_t)bad[i].v; break;
+        case 4: q.onchip_threads = (int32_t)bad[i].v; break;
+        case 5: q.onchip_groups = (int32_t)bad[i].v; break;
+        default: q.linear_rows = bad[i].v; break;
+        }
+        xent_status s = xent_cuda_set_plan(&q, NULL);
+        CHECK(s == XENT_ERR_VALUE && strstr(xent_last_error(), bad[i].field),
+              "plan->%s = %lld: status %d, message '%s'", bad[i].field, bad[i].v, (int)s,
+              xent_last_error());
+    }
+    CHECK(xent_cuda_set_plan(NULL, &old) == XENT_OK, "reset");
+    CHECK(old.kernel == 2 && old.onchip_blocks == 4 && old.block == 0,
+          "the plan set before the refused ones came back (kernel %d, blocks %d)", old.kernel,
+          old.onchip_blocks);
+    xent_cuda_set_plan(NULL, &cur);
+    CHECK(cur.kernel == 0 && cur.onchip_blocks == 0, "NULL restores the default plan");
+}

@@ -17,7 +17,7 @@
 
 #ifdef XENT_WITH_CUDA
 #include "cuda_harness.h"
-#include "xent_internal.h"
+#include "core/xent_internal.h"
 
 /* ------------------------------------------------------------------ */
 /* Helpers                                                             */
@@ -475,7 +475,7 @@ static void dominant_rows(const ccase *c, cinputs *in) {
     }
 }
 
-/* Rows for the loose form of pass 1 (src/cuda/ce.cu, xc_loose_ref: calls
+/* Rows for the loose form of pass 1 (src/cuda/ce_stream.cu, xc_loose_ref: calls
  * without entropy or smoothing), whose threads sum against references of
  * their own: pattern t % 5 of row t. head = the first 8192 columns (every
  * thread's first round at V >= 8192, up to 256 threads a row). Patterns 0
@@ -533,57 +533,29 @@ static void loose_rows(const ccase *c, cinputs *in) {
  * under test), bf16 and f16, with and without a gradient, at temperatures
  * 1, 50 and 0.5 (the threshold and the cut scale with it), in the
  * streaming kernel's blocks of 96 and 256 threads, against the CPU. */
-/* The device's compute-capability major (0, with a failed check, when it
- * cannot be read). A Hopper GPU (9) hosts every group-kernel plan the
- * tests ask for, so there they also check that the kernel ran. */
-static int gpu_major(void) {
-    int dev = 0, major = 0;
-    const cudaError_t qe = cudaGetDevice(&dev) == cudaSuccess
-                               ? cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev)
-                               : cudaErrorUnknown;
-    CHECK(qe == cudaSuccess, "the device's compute capability could not be read: %s",
-          cudaGetErrorString(qe));
-    return qe == cudaSuccess ? major : 0;
-}
-
 TEST(cuda_loose_reference_vs_cpu) {
     if (!gpu_ready()) return;
     const int64_t Vs[] = {40000, 128256};
     const double taus[] = {1.0, 50.0, 0.5};
     char what[160];
-    /* both kernels of the loose form: the streaming kernel (a reference a
-     * thread) and the group kernel (a reference a warp) */
-    const int major = gpu_major();
-    unsigned long long ran0, declined0, ran1, declined1;
-    for (int grp = 0; grp < 2; grp++) {
-        if (grp) setenv("XENT_CUDA_GROUP", "auto", 1);
-        xent__cuda_group_counts(&ran0, &declined0);
-        for (int d = 0; d < 2; d++)
-            for (int v = 0; v < 2; v++)
-                for (int ti = 0; ti < 3; ti++)
-                    for (int g = 0; g < 2; g++) {
-                        const xent_dtype dt = d ? XENT_F16 : XENT_BF16;
-                        ccase c = base_case(dt, g ? dt : XENT_DTYPE_COUNT,
-                                            xt_sanitizer() ? 5 : 15, Vs[v]);
-                        c.entropy = 0;
-                        c.o.temperature = taus[ti];
-                        cinputs in;
-                        fill_inputs(&c, &in);
-                        loose_rows(&c, &in);
-                        snprintf(what, sizeof what, "loose %s V=%lld tau %g%s%s",
-                                 xent_dtype_name(dt), (long long)c.V, taus[ti],
-                                 g ? " grad" : "", grp ? " (group kernel)" : "");
-                        check_case_in(what, &c, &in);
-                        free_inputs(&in);
-                        CHECK_LIMIT(10);
-                    }
-        unsetenv("XENT_CUDA_GROUP");
-        xent__cuda_group_counts(&ran1, &declined1);
-        if (grp && major == 9)
-            CHECK(ran1 > ran0 && declined1 == declined0,
-                  "the group kernel ran %llu calls and handed %llu back, on Hopper",
-                  ran1 - ran0, declined1 - declined0);
-    }
+    for (int d = 0; d < 2; d++)
+        for (int v = 0; v < 2; v++)
+            for (int ti = 0; ti < 3; ti++)
+                for (int g = 0; g < 2; g++) {
+                    const xent_dtype dt = d ? XENT_F16 : XENT_BF16;
+                    ccase c = base_case(dt, g ? dt : XENT_DTYPE_COUNT, xt_sanitizer() ? 5 : 15,
+                                        Vs[v]);
+                    c.entropy = 0;
+                    c.o.temperature = taus[ti];
+                    cinputs in;
+                    fill_inputs(&c, &in);
+                    loose_rows(&c, &in);
+                    snprintf(what, sizeof what, "loose %s V=%lld tau %g%s", xent_dtype_name(dt),
+                             (long long)c.V, taus[ti], g ? " grad" : "");
+                    check_case_in(what, &c, &in);
+                    free_inputs(&in);
+                    CHECK_LIMIT(10);
+                }
     printf("    worst forward %.0f ulp, worst gradient %.0f ulp\n", g_worst_fwd, g_worst_grad);
 }
 
@@ -679,7 +651,7 @@ TEST(cuda_grad_forms_vs_cpu) {
     printf("    worst forward %.0f ulp, worst gradient %.0f ulp\n", g_worst_fwd, g_worst_grad);
 }
 
-/* Rows whose special columns sit where the on-chip kernel (ce_cluster.cu)
+/* Rows whose special columns sit where the on-chip kernel (ce_onchip.cu)
  * splits them: row t of V columns gets one of these patterns on top of the
  * random logits: 0 as drawn; 1 every column equal (the max tied everywhere,
  * in every slice); 2 the target is the last column (in the partial chunk)
@@ -709,18 +681,38 @@ static void special_rows(const ccase *c, cinputs *in) {
     }
 }
 
+/* A kernel plan for the tests: the on-chip kernel with C blocks a row, NT
+ * threads a block and at most G clusters (0: chosen), or the streaming
+ * kernel (C < 0) with blocks of NT threads; set on this thread. */
+static void set_plan(int C, int NT, int G) {
+    xent_cuda_plan p;
+    xent_cuda_plan_init(&p);
+    if (C < 0) {
+        p.kernel = 1;
+        p.block = NT;
+    } else {
+        p.kernel = 2;
+        p.onchip_blocks = C;
+        p.onchip_threads = NT;
+        p.onchip_groups = G;
+    }
+    CHECK(xent_cuda_set_plan(&p, NULL) == XENT_OK, "xent_cuda_set_plan: %s", xent_last_error());
+}
+
 /* The on-chip kernel under every cluster size, some block sizes and grids
- * of 1 to 3 clusters (XENT_CUDA_CLUSTER forces them), with V from 1 to 20011 (partial chunks,
+ * of 1 to 3 clusters (forced by the plan), with V from 1 to 20011 (partial chunks,
  * slices with no chunk), aligned and unaligned rows, against the CPU. The
  * default plan is covered by the other tests. */
 TEST(cuda_cluster_layouts_vs_cpu) {
     if (!gpu_ready()) return;
     /* C:NT:G; G = 1..3 clusters, so each does many rows in turn */
     const char *plans[] = {"1", "2:0:3", "4:0:1", "8", "8:32:2", "2:64", "1:64:1", "4:128:2"};
+    const int plan_c[] = {1, 2, 4, 8, 8, 2, 1, 4}, plan_nt[] = {0, 0, 0, 0, 32, 64, 64, 128},
+              plan_g[] = {0, 3, 1, 0, 2, 0, 1, 2};
     const int64_t Vs[] = {1, 9, 100, 1003, 4099, 20011};
     char what[160];
     for (int pi = 0; pi < 8; pi++) {
-        setenv("XENT_CUDA_CLUSTER", plans[pi], 1);
+        set_plan(plan_c[pi], plan_nt[pi], plan_g[pi]);
         for (int v = 0; v < 6; v++)
             for (int d = 0; d < 2; d++) {
                 const xent_dtype dt = d ? XENT_F16 : XENT_BF16;
@@ -742,67 +734,7 @@ TEST(cuda_cluster_layouts_vs_cpu) {
                 CHECK_LIMIT(10);
             }
     }
-    unsetenv("XENT_CUDA_CLUSTER");
-    printf("    worst forward %.0f ulp, worst gradient %.0f ulp\n", g_worst_fwd, g_worst_grad);
-}
-
-/* The group kernel (off by default) under groups of 1 to 8 blocks and
- * grids of 1 to 3 groups (XENT_CUDA_GROUP forces them; XENT_CUDA_CLUSTER=0
- * leaves it the small V too), V from 9 to 40000 (partial chunks, slices with no chunk),
- * aligned and unaligned rows and gradient rows, in place, labels in the
- * rows' first and last chunks, temperature and z-loss, the special rows,
- * ignored rows left unread, against the CPU; on Hopper, that the kernel
- * ran under every plan and never handed a call back. */
-TEST(cuda_group_layouts_vs_cpu) {
-    if (!gpu_ready()) return;
-    /* C:G; G = 1..3 groups, so each does many rows in turn */
-    const char *plans[] = {"1", "2:1", "3:2", "4", "5:1", "8:3", "7"};
-    const int64_t Vs[] = {9, 100, 1003, 4099, 20011, 40000};
-    char what[160];
-    /* a Hopper GPU hosts every plan here: the kernel must run under each,
-     * and no call may go to the streaming kernel once its plan applied
-     * (elsewhere it may, for want of shared memory or cooperative launch) */
-    const int major = gpu_major();
-    unsigned long long ran0, declined0, ran1, declined1;
-    setenv("XENT_CUDA_CLUSTER", "0", 1);
-    for (int pi = 0; pi < 7; pi++) {
-        setenv("XENT_CUDA_GROUP", plans[pi], 1);
-        xent__cuda_group_counts(&ran0, &declined0);
-        for (int v = 0; v < 6; v++)
-            for (int d = 0; d < 2; d++) {
-                const xent_dtype dt = d ? XENT_F16 : XENT_BF16;
-                const xent_dtype gdt = (v + pi) % 3 == 0 ? XENT_DTYPE_COUNT
-                                       : (v + pi + d) % 2 ? dt
-                                                          : (d ? XENT_BF16 : XENT_F16);
-                ccase c = base_case(dt, gdt, xt_sanitizer() ? 8 : 23, Vs[v]);
-                c.ld = Vs[v] + ((v + d) % 2 ? 3 : 0);
-                c.entropy = 0;
-                c.inplace = has_grad(&c) && gdt == dt && (v + d + pi) % 3 == 1;
-                c.goff = has_grad(&c) && !c.inplace && (v + pi) % 2 ? 5 : 0;
-                c.lean = (v + pi + d) % 4 == 0;
-                c.edge_labels = (pi + d) % 2;
-                if (v == 3) { c.o.temperature = 0.7; c.o.z_loss = 1e-4; }
-                cinputs in;
-                fill_inputs(&c, &in);
-                special_rows(&c, &in);
-                snprintf(what, sizeof what, "group %s %s V=%lld ld=%lld%s%s%s", plans[pi],
-                         xent_dtype_name(dt), (long long)c.V, (long long)c.ld,
-                         has_grad(&c) ? (c.inplace ? " grad in place" : " grad") : "",
-                         c.goff ? " (offset)" : "", c.lean ? " lean" : "");
-                check_case_in(what, &c, &in);
-                free_inputs(&in);
-                CHECK_LIMIT(10);
-            }
-        xent__cuda_group_counts(&ran1, &declined1);
-        if (major == 9) {
-            CHECK(ran1 > ran0, "group %s: the group kernel ran in no call", plans[pi]);
-            CHECK(declined1 == declined0,
-                  "group %s: %llu calls went to the streaming kernel after the plan applied",
-                  plans[pi], declined1 - declined0);
-        }
-    }
-    unsetenv("XENT_CUDA_GROUP");
-    unsetenv("XENT_CUDA_CLUSTER");
+    xent_cuda_set_plan(NULL, NULL);
     printf("    worst forward %.0f ulp, worst gradient %.0f ulp\n", g_worst_fwd, g_worst_grad);
 }
 
@@ -1002,17 +934,16 @@ TEST(cuda_shards_vs_cpu) {
 /* The same row at different positions, batch sizes and alignments gives
  * bitwise the same outputs and gradient row; without a gradient and through
  * xent_cuda_logprobs, bitwise the same outputs. Calls that ask for entropy
- * form S another way than calls that do not (the loose pass 1 of ce.cu):
+ * form S another way than calls that do not (the loose pass 1 of ce_stream.cu):
  * each kind agrees with itself bitwise, and their nll and lse agree within
  * the fast path's bound (fwd_tol). */
-static void batch_invariance(const char *plan, const char *block, const char *group,
-                             int64_t V) {
-    if (plan) setenv("XENT_CUDA_CLUSTER", plan, 1);
-    if (block) setenv("XENT_CUDA_BLOCK", block, 1);
-    if (group) setenv("XENT_CUDA_GROUP", group, 1);
+/* C, NT, G: the plan (set_plan; C = 0: the default plan, C < 0: the
+ * streaming kernel with blocks of NT threads). */
+static void batch_invariance(int C, int NT, int G, int64_t V) {
+    if (C) set_plan(C, NT, G);
     char who[96]; /* names the launch setting in the messages */
-    snprintf(who, sizeof who, "plan %s, block %s, group %s, V=%lld", plan ? plan : "default",
-             block ? block : "default", group ? group : "default", (long long)V);
+    snprintf(who, sizeof who, "plan %s %d:%d:%d, V=%lld",
+             C == 0 ? "default" : C < 0 ? "streaming" : "on-chip", C, NT, G, (long long)V);
     const int64_t Ts[] = {1, 5, 64};
     xt_rng_t *r = xt_rng();
     uint16_t *row = malloc(V * 2);
@@ -1165,28 +1096,22 @@ static void batch_invariance(const char *plan, const char *block, const char *gr
     free(grow);
     free(guref);
     free(gurow);
-    if (plan) unsetenv("XENT_CUDA_CLUSTER");
-    if (block) unsetenv("XENT_CUDA_BLOCK");
-    if (group) unsetenv("XENT_CUDA_GROUP");
+    xent_cuda_set_plan(NULL, NULL);
 }
 
 TEST(cuda_batch_invariance) {
     if (!gpu_ready()) return;
     /* the default plan at V = 32000: the streaming kernel, one warp a row */
-    batch_invariance(NULL, NULL, NULL, 32000);
-    batch_invariance("1", NULL, NULL, 32000);  /* the on-chip kernel, one block a row */
-    batch_invariance("4", NULL, NULL, 32000);  /* four blocks a row */
-    batch_invariance("4:256:3", NULL, NULL, 32000); /* three clusters for all rows */
-    batch_invariance("0", "128", NULL, 32000); /* the streaming kernel, four warps a row */
+    batch_invariance(0, 0, 0, 32000);
+    batch_invariance(1, 0, 0, 32000);   /* the on-chip kernel, one block a row */
+    batch_invariance(4, 0, 0, 32000);   /* four blocks a row */
+    batch_invariance(4, 256, 3, 32000); /* three clusters for all rows */
+    batch_invariance(-1, 128, 0, 32000); /* the streaming kernel, four warps a row */
     /* blocks of 512 and 1024 threads (kept chunks in the gradient call) */
-    batch_invariance("0", "512", NULL, 32000);
-    batch_invariance("0", "1024", NULL, 20011);
-    batch_invariance(NULL, NULL, NULL, 128256); /* the default at large V: 256 threads */
-    /* the group kernel (calls without entropy): its own plan, four blocks a
-     * row at V = 128256; one group of three for all rows; groups of five */
-    batch_invariance(NULL, NULL, "auto", 128256);
-    batch_invariance("0", NULL, "3:1", 20011);
-    batch_invariance("0", NULL, "5:2", 151936);
+    batch_invariance(-1, 512, 0, 32000);
+    batch_invariance(-1, 1024, 0, 20011);
+    batch_invariance(0, 0, 0, 128256); /* the default at large V: 256 threads */
+    batch_invariance(0, 0, 0, 151936);
 }
 
 /* A bad label: XENT_ERR_LABEL naming row and value, nothing written.

@@ -1,6 +1,6 @@
 /* tests/test_cuda_rl.c: the CUDA RL functions (xent_cuda_rl_*) against the
  * CPU ones (include/xent/rl.h) on the same seeded inputs, including the
- * ANCHORS section 5 cases and bad inputs. Every test skips (and says so)
+ * known-failure cases of docs/rl.md and bad inputs. Every test skips (and says so)
  * when the build has no CUDA or no GPU is present.
  *
  * What must agree (docs/rl.md, "CUDA", gives the reasons):
@@ -144,7 +144,7 @@ static void adv_case(const char *what, const float *r, const xent_rl_groups *g,
     free(ac); free(ag); free(mc); free(sc); free(mg); free(sg);
 }
 
-/* ANCHORS 5: [0.1]*7, [0.1]*8, [0.3]*16, [0.2]*3 give exactly +0 on the GPU
+/* Known failure (docs/rl.md): [0.1]*7, [0.1]*8, [0.3]*16, [0.2]*3 give exactly +0 on the GPU
  * too (a float mean leaves -7.45e-9 for [0.1]*7). */
 TEST(cuda_rl_adv_anchor_groups) {
     if (!gpu_ready()) return;
@@ -281,7 +281,7 @@ static void batch_case(const char *what, const float *a, int64_t n, const uint8_
     free(oc); free(og);
 }
 
-/* ANCHORS 5: an all-zero pack stays 0 (not 0/0), on the GPU as on the CPU;
+/* Known failure (docs/rl.md): an all-zero pack stays 0 (not 0/0), on the GPU as on the CPU;
  * random packs with masked NaN garbage for every option. */
 TEST(cuda_rl_batch) {
     if (!gpu_ready()) return;
@@ -530,7 +530,7 @@ TEST(cuda_rl_policy_loss_all) {
                 }
 }
 
-/* ANCHORS 5: an old log-prob of -inf or -9999 with a negative advantage
+/* Known failure (docs/rl.md): an old log-prob of -inf or -9999 with a negative advantage
  * gives a finite loss and gradient on the GPU, equal to the CPU's. */
 TEST(cuda_rl_stale_old_logprob) {
     if (!gpu_ready()) return;
@@ -570,7 +570,7 @@ TEST(cuda_rl_stale_old_logprob) {
 }
 
 /* Bad inputs: same status and message as the CPU, outputs untouched. Among
- * them ANCHORS 5: TIS without sampler log-probs, a zero-filled sampler. */
+ * them the known failures of docs/rl.md: TIS without sampler log-probs, a zero-filled sampler. */
 TEST(cuda_rl_policy_loss_bad_input) {
     if (!gpu_ready()) return;
     xt_rng_t *rng = xt_rng();

@@ -386,41 +386,41 @@ TEST(io_json_strict_grammar) {
         "\"a\x01\"",
     };
     for (size_t i = 0; i < sizeof valid / sizeof valid[0]; i++) {
-        xent__json j;
-        xent_status st = xent__json_parse(valid[i], strlen(valid[i]), "t", &j);
+        xent_json j;
+        xent_status st = xent_json_parse(valid[i], strlen(valid[i]), "t", &j);
         CHECK(st == XENT_OK, "valid JSON '%s' refused: %s", valid[i], xent_last_error());
-        if (st == XENT_OK) xent__json_free(&j);
+        if (st == XENT_OK) xent_json_free(&j);
     }
     for (size_t i = 0; i < sizeof invalid / sizeof invalid[0]; i++) {
-        xent__json j;
-        xent_status st = xent__json_parse(invalid[i], strlen(invalid[i]), "t", &j);
+        xent_json j;
+        xent_status st = xent_json_parse(invalid[i], strlen(invalid[i]), "t", &j);
         CHECK(st == XENT_ERR_FORMAT, "invalid JSON '%s' accepted", invalid[i]);
-        if (st == XENT_OK) xent__json_free(&j);
+        if (st == XENT_OK) xent_json_free(&j);
     }
     /* decoded strings and lookups */
     const char *s = "{\"k\\u00e9y\":\"v\\n\",\"n\":[7, 18446744073709551615, 9223372036854775807]}";
-    xent__json j;
-    CHECK(xent__json_parse(s, strlen(s), "t", &j) == XENT_OK, "parse: %s", xent_last_error());
-    const xent__jnode *v = xent__json_get(&j, &j.nodes[0], "k\xc3\xa9y");
-    CHECK(v && v->type == XENT__J_STR && v->len == 2 && !memcmp(v->str, "v\n", 2), "decoded value");
-    const xent__jnode *n = xent__json_get(&j, &j.nodes[0], "n");
+    xent_json j;
+    CHECK(xent_json_parse(s, strlen(s), "t", &j) == XENT_OK, "parse: %s", xent_last_error());
+    const xent_json_node *v = xent_json_get(&j, &j.nodes[0], "k\xc3\xa9y");
+    CHECK(v && v->type == XENT_JSON_STR && v->len == 2 && !memcmp(v->str, "v\n", 2), "decoded value");
+    const xent_json_node *n = xent_json_get(&j, &j.nodes[0], "n");
     int64_t x = 0;
     CHECK(n && n->count == 3, "array count");
     if (n && n->count == 3) {
-        const xent__jnode *a = &j.nodes[n->first], *b = &j.nodes[a->next], *c = &j.nodes[b->next];
-        CHECK(xent__json_uint(a, &x) && x == 7, "7");
-        CHECK(!xent__json_uint(b, &x), "2^64-1 is not an int64");
-        CHECK(xent__json_uint(c, &x) && x == INT64_MAX, "2^63-1");
+        const xent_json_node *a = &j.nodes[n->first], *b = &j.nodes[a->next], *c = &j.nodes[b->next];
+        CHECK(xent_json_uint(a, &x) && x == 7, "7");
+        CHECK(!xent_json_uint(b, &x), "2^64-1 is not an int64");
+        CHECK(xent_json_uint(c, &x) && x == INT64_MAX, "2^63-1");
     }
-    xent__json_free(&j);
+    xent_json_free(&j);
     /* nesting: 64 levels parse, 65 do not */
     char deep[200];
     for (int depth = 64; depth <= 65; depth++) {
         memset(deep, '[', (size_t)depth);
         memset(deep + depth, ']', (size_t)depth);
-        xent_status st = xent__json_parse(deep, (size_t)(2 * depth), "t", &j);
+        xent_status st = xent_json_parse(deep, (size_t)(2 * depth), "t", &j);
         CHECK((st == XENT_OK) == (depth <= XENT__JSON_MAX_DEPTH), "depth %d: %s", depth, xent_last_error());
-        if (st == XENT_OK) xent__json_free(&j);
+        if (st == XENT_OK) xent_json_free(&j);
     }
 }
 

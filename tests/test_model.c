@@ -487,7 +487,7 @@ TEST(model_gguf_and_safetensors_roundtrip) {
 TEST(model_refuses_unsupported_arch) {
     xent_model_config c;
     xent_model_config_init(&c);
-    snprintf(c.arch, sizeof c.arch, "gemma2");
+    snprintf(c.arch, sizeof c.arch, "falcon");
     c.n_layers = 1, c.dim = 8, c.hidden = 8, c.n_heads = 1, c.n_kv_heads = 1;
     c.head_dim = 8, c.vocab = 8;
     xent_model *m = NULL;
@@ -704,8 +704,10 @@ TEST(model_hf_bad_checkpoints) {
          XENT_ERR_SHAPE},
         {"\"intermediate_size\": 24", "\"intermediate_size\": 16000000", -1,
          XENT_ERR_SHAPE},
-        {"\"model_type\": \"llama\"", "\"model_type\": \"gemma2\"", -1,
+        {"\"model_type\": \"llama\"", "\"model_type\": \"falcon\"", -1,
          XENT_ERR_UNSUPPORTED},
+        {"\"model_type\": \"llama\"", "\"model_type\": \"gemma2\"", -1,
+         XENT_ERR_UNSUPPORTED}, /* hidden_act silu: not Gemma's */
         {"\"num_key_value_heads\": 1", "\"num_key_value_heads\": 3", -1,
          XENT_ERR_SHAPE},
         {NULL, NULL, 40, XENT_ERR_FORMAT},
@@ -777,7 +779,7 @@ TEST(model_llama3_rope_scaling) {
     m->cfg.rope_high_freq_factor = 4.0, m->cfg.rope_orig_ctx = 8192;
     m->cfg.head_dim = 64, m->cfg.n_heads = 1; /* tables only */
     float cs[2 * 32], sn[2 * 32]; /* [S = 2, hd/2] */
-    xent__rope_tables(&m->cfg, 2, cs, sn);
+    xent__rope_tables(&m->cfg, 2, cs, sn, 0);
     /* i = 0: inv_freq 1, wavelength 2 pi < 8192 / 4: unchanged */
     CHECK(cs[32] == cosf(1.0f) && sn[32] == sinf(1.0f), "i=0: %g %g", cs[32],
           sn[32]);

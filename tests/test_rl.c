@@ -39,7 +39,7 @@ static float naive_mean_f32(const float *r, int n) {
 
 /* ---- group advantages: exact zeros ------------------------------------------ */
 
-/* ANCHORS 5: rewards [0.1]*7 in fp32 leave a residual mean of -7.45e-9 and
+/* Known failure (docs/rl.md): rewards [0.1]*7 in fp32 leave a residual mean of -7.45e-9 and
  * with a std of exactly 0 OpenRLHF scales it to -7.45 (eps 1e-9). xent:
  * every member of every all-equal group is bitwise +0 for every std kind,
  * every eps and whether given by offsets or ids. */
@@ -213,7 +213,7 @@ TEST(rl_adv_options) {
 
 /* ---- batch (pack) normalisation ------------------------------------------- */
 
-/* ANCHORS 5: an all-zero pack divided by mean |A| is 0/0 = NaN. xent: stays
+/* Known failure (docs/rl.md): an all-zero pack divided by mean |A| is 0/0 = NaN. xent: stays
  * +0, degenerate reported, for both kinds and both std conventions. */
 TEST(rl_batch_all_zero_pack) {
     float z[16] = {0}, out[16];
@@ -245,7 +245,7 @@ TEST(rl_batch_all_zero_pack) {
     CHECK(memcmp(x, out, sizeof x) == 0 && st.degenerate && st.n_counted == 0, "mask all 0");
 }
 
-/* ANCHORS 5 / audit item 3: in float64, a group [0.1]*8 leaves a mean
+/* Known failure (docs/rl.md): in float64, a group [0.1]*8 leaves a mean
  * residual of 1.39e-17, an advantage of 1.39e-11 after / (0 + 1e-6), which passes an `adv == 0` filter and a pack normalisation
  * by mean |A| scales it to O(1). xent: the group advantages are exact
  * zeros, so the zero-variance group stays 0 through the pack normalisation
@@ -695,7 +695,7 @@ TEST(rl_tis_without_sampler_is_error) {
 
 /* ---- a zero-filled sampler dump ----------------------------------------- */
 
-/* ANCHORS 5: a missing sampler log-prob, zero-filled, gives a ratio near
+/* Known failure (docs/rl.md): a missing sampler log-prob, zero-filled, gives a ratio near
  * 4.8e4 (exp(10.8)). A run of zero_run_limit exact zeros is rejected with
  * its position; a shorter run (p rounded to 1 is legitimate) passes. */
 TEST(rl_zero_filled_sampler_dump) {

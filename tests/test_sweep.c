@@ -1,7 +1,7 @@
 /* tests/test_sweep.c: the dead-zone emulations behind `xent sweep`.
  *
  * The common cross-entropy forms must return exactly 0 just above the
- * thresholds of ANCHORS.md section 1 and a nonzero value just below; xent's
+ * thresholds of docs/numerics.md section 5 and a nonzero value just below; xent's
  * exact kernel must never return 0 and stay within 1 ulp of the oracle.
  *
  * Why "just below / just above" = predicted margin -/+ 0.02 nats is safe:
@@ -16,7 +16,7 @@
  * of m -/+ 0.02 is at least 0.01 from the threshold: 0.01 >> 1e-6. */
 #include "harness.h"
 
-#include "cpu/ce_forms.h"
+#include "audit/ce_forms.h"
 #include "xent.h"
 
 #include <float.h>
@@ -29,12 +29,12 @@ typedef struct {
     xent_ce_form form;
     int which;
     double base;
-    double anchor;  /* the threshold as ANCHORS states it ...            */
+    double anchor;  /* the threshold as docs/numerics.md states it ...            */
     int anchor_is_p; /* ... as p_t (1) or as the margin m (0)              */
     double digits;  /* half a unit of its last stated digit              */
 } th_case;
 
-/* ANCHORS.md section 1, with the precision it is stated to. */
+/* docs/numerics.md section 5, with the precision it is stated to. */
 static const th_case k_cases[] = {
     {XENT_CE_FP32_NAIVE, XENT__OUT_NLL, 0, 16.64, 0, 0.005},
     {XENT_CE_FP32_NAIVE, XENT__OUT_GRAD, 0, 16.64, 0, 0.005},
@@ -52,13 +52,13 @@ static const th_case k_cases[] = {
 
 static double p_of(double m) { return 1.0 / (1.0 + exp(-m)); }
 
-/* The predicted thresholds are the ones ANCHORS states. */
+/* The predicted thresholds are the ones docs/numerics.md states. */
 TEST(sweep_predicted_match_anchors) {
     for (int i = 0; i < N_CASES; i++) {
         const th_case *c = &k_cases[i];
         double m = xent__ce_form_predicted(c->form, c->which, (float)c->base);
         double got = c->anchor_is_p ? p_of(m) : m;
-        CHECK(fabs(got - c->anchor) <= c->digits, "%s base %g: predicted %.7f, ANCHORS %.7g",
+        CHECK(fabs(got - c->anchor) <= c->digits, "%s base %g: predicted %.7f, stated %.7g",
               xent__ce_form_name(c->form), c->base, got, c->anchor);
     }
     CHECK(isinf(xent__ce_form_predicted(XENT_CE_EXACT, XENT__OUT_NLL, 0.0f)), "exact: never");

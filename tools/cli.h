@@ -2,9 +2,13 @@
  * Each subcommand lives in its own tools/cmd_*.c and registers itself:
  *   XENT_COMMAND(ce, "cross-entropy of a logits file", cmd_ce)
  * where `int cmd_ce(int argc, char **argv)` gets argv[0] == "ce" and returns
- * the process exit code (0 ok, 1 failure, 2 usage error). */
+ * the process exit code: 0 success, 1 bad or unreadable data (or a failed
+ * check, or a non-finite result without --allow-nonfinite), 2 usage error.
+ * Flags are parsed by tools/flags.h, the one parser of every command. */
 #ifndef XENT_CLI_H
 #define XENT_CLI_H
+
+#include "flags.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -17,12 +21,8 @@ void xent_cli_register(const char *name, const char *summary, xent_cmd_fn fn);
         xent_cli_register(#name, summary, fn);                             \
     }
 
-/* Small shared helpers for option parsing; each prints a message naming the
- * flag and returns nonzero on a bad value. */
-int xent_cli_parse_i64(const char *flag, const char *s, int64_t *out);
-int xent_cli_parse_f64(const char *flag, const char *s, double *out);
-/* argv[*i] is a flag that takes a value: returns the value and advances *i,
- * or prints "FLAG needs a value" and returns NULL. */
-const char *xent_cli_value(int argc, char **argv, int *i);
+/* The help line of --allow-nonfinite, the same in every command. */
+#define XENT_CLI_NONFINITE_HELP \
+    "exit 0 even when a loss or statistic is NaN or infinite"
 
 #endif

@@ -9,6 +9,7 @@
  * count as the kernel. Times are medians of --reps runs after one warm-up. */
 #include "cli.h"
 #include "xent.h"
+#include "../bench/plain_ce.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -25,96 +26,65 @@ typedef struct {
     xent_dtype dtype, grad_dtype;
     int threads[MAX_THREADS];
     int nthreads;
+    int isa; /* xent_isa to force (XENT_ISA_AUTO: the library's choice) */
 } bench_args;
 
-static void usage(FILE *f) {
-    fprintf(f,
-        "usage: xent bench [options]\n"
-        "  Times xent_ce forward+backward (reduction mean) and the forward-only\n"
-        "  xent_logprobs on the CPU, next to the floor: one read of the logits and\n"
-        "  one write of the gradient at the copy bandwidth measured in this run\n"
-        "  (forward only: one read at the read bandwidth), per thread count.\n\n"
-        "options:\n"
-        "  --T N              rows (tokens) (default 2048)\n"
-        "  --V N              vocabulary (default 128256)\n"
-        "  --reps N           timed runs per case, the median is shown (default 5)\n"
-        "  --threads LIST     comma-separated thread counts (default 1,2)\n"
-        "  --dtype T          logits dtype: bf16, f16, f32 (default bf16)\n"
-        "  --grad-dtype T     gradient dtype: bf16, f16, f32 (default bf16)\n"
-        "  --ignore-frac F    fraction of labels set to ignore_index -100 (default 0.05)\n"
-        "  --bw-mib N         size of each bandwidth buffer in MiB (default 1024)\n"
-        "  --seed N           seed of the logits and labels (default 1)\n"
-        "  -h, --help         this help\n");
-}
+static const char k_about[] =
+    "Times xent_ce forward+backward (reduction mean) and the forward-only\n"
+    "xent_logprobs on the CPU, next to the floor: one read of the logits and\n"
+    "one write of the gradient at the copy bandwidth measured in this run\n"
+    "(forward only: one read at the read bandwidth), per thread count.\n\n";
 
-static int parse_float_dtype(const char *flag, const char *v, xent_dtype *out) {
-    if (xent_dtype_parse(v, out) != XENT_OK ||
-        (*out != XENT_F32 && *out != XENT_BF16 && *out != XENT_F16)) {
-        fprintf(stderr, "xent: %s expects bf16, f16 or f32, got '%s'\n", flag, v);
-        return 1;
+static const char *const k_dtypes[] = {"bf16", "f16", "f32", NULL};
+static const char *const k_isas[] = {"auto", "baseline", "avx2", "avx512", NULL};
+
+static int parse_threads(void *dst, const char *v, const char *flag, const char *cmd) {
+    bench_args *a = dst;
+    double t[MAX_THREADS];
+    int n;
+    if (xf_parse_f64_list(cmd, flag, v, t, MAX_THREADS, &n)) return 2;
+    if (n == 0) {
+        fprintf(stderr, "xent %s: %s expects thread counts, got '%s'\n", cmd, flag, v);
+        return 2;
     }
-    return 0;
-}
-
-static int parse_threads(const char *v, bench_args *a) {
-    char *buf = strdup(v), *save = NULL;
-    int rc = 0;
-    a->nthreads = 0;
-    for (char *tok = buf ? strtok_r(buf, ",", &save) : NULL; tok; tok = strtok_r(NULL, ",", &save)) {
-        int64_t n;
-        if (xent_cli_parse_i64("--threads", tok, &n)) { rc = 1; break; }
-        if (n < 1 || n > 256 || a->nthreads >= MAX_THREADS) {
-            fprintf(stderr, "xent: --threads values must be in [1, 256] (at most %d values)\n", MAX_THREADS);
-            rc = 1;
-            break;
+    for (int k = 0; k < n; k++) {
+        if (t[k] != (double)(int)t[k] || t[k] < 1 || t[k] > 256) {
+            fprintf(stderr, "xent %s: %s expects integers in [1, 256], got '%s'\n", cmd, flag, v);
+            return 2;
         }
-        a->threads[a->nthreads++] = (int)n;
+        a->threads[k] = (int)t[k];
     }
-    free(buf);
-    if (!rc && a->nthreads == 0) { fprintf(stderr, "xent: --threads is empty\n"); rc = 1; }
-    return rc;
-}
-
-static int known_flag(const char *f) {
-    static const char *const k[] = {"--T", "--V", "--reps", "--bw-mib", "--seed", "--ignore-frac", "--threads", "--dtype", "--grad-dtype"};
-    for (size_t i = 0; i < sizeof k / sizeof *k; i++)
-        if (!strcmp(f, k[i])) return 1;
+    a->nthreads = n;
     return 0;
 }
 
 static int parse_args(int argc, char **argv, bench_args *a) {
-    const char *v;
-    for (int i = 1; i < argc; i++) {
-        const char *f = argv[i];
-        if (!strcmp(f, "-h") || !strcmp(f, "--help")) { usage(stdout); return -1; }
-        if (!known_flag(f)) {
-            fprintf(stderr, "xent: %s: unknown flag '%s' (see xent %s --help)\n", argv[0], f, argv[0]);
-            return 2;
-        }
-        if (!(v = xent_cli_value(argc, argv, &i))) return 2;
-        int bad;
-        if (!strcmp(f, "--T")) bad = xent_cli_parse_i64(f, v, &a->T);
-        else if (!strcmp(f, "--V")) bad = xent_cli_parse_i64(f, v, &a->V);
-        else if (!strcmp(f, "--reps")) bad = xent_cli_parse_i64(f, v, &a->reps);
-        else if (!strcmp(f, "--bw-mib")) bad = xent_cli_parse_i64(f, v, &a->bw_mib);
-        else if (!strcmp(f, "--seed")) bad = xent_cli_parse_i64(f, v, &a->seed);
-        else if (!strcmp(f, "--ignore-frac")) bad = xent_cli_parse_f64(f, v, &a->ignore_frac);
-        else if (!strcmp(f, "--threads")) bad = parse_threads(v, a);
-        else if (!strcmp(f, "--dtype")) bad = parse_float_dtype(f, v, &a->dtype);
-        else if (!strcmp(f, "--grad-dtype")) bad = parse_float_dtype(f, v, &a->grad_dtype);
-        else {
-            fprintf(stderr, "xent: bench: unknown flag '%s' (see xent bench --help)\n", f);
-            return 2;
-        }
-        if (bad) return 2;
-    }
-    if (a->T < 1 || a->V < 1 || a->reps < 1 || a->reps > 1000 || a->bw_mib < 1 ||
-        !(a->ignore_frac >= 0 && a->ignore_frac <= 1)) {
-        fprintf(stderr, "xent: need --T, --V >= 1, --reps in [1, 1000], --bw-mib >= 1, "
-                        "--ignore-frac in [0, 1]\n");
-        return 2;
-    }
-    return 0;
+    static xf_flag fl[16];
+    xf_flag t[] = {
+        {"--T", XF_INT, &a->T, NULL, "rows (tokens)", NULL, XF_MIN, 1, 0, NULL, NULL, NULL, NULL, 0},
+        {"--V", XF_INT, &a->V, NULL, "vocabulary", NULL, XF_MIN, 1, 0, NULL, NULL, NULL, NULL, 0},
+        {"--reps", XF_INT, &a->reps, NULL, "timed runs per case, the median is shown", NULL,
+         XF_MIN | XF_MAX, 1, 1000, NULL, NULL, NULL, NULL, 0},
+        {"--threads", XF_FUNC, a, "LIST", "comma-separated thread counts", "1,2", 0, 0, 0, NULL,
+         NULL, parse_threads, NULL, 0},
+        {"--dtype", XF_DTYPE, &a->dtype, NULL, "logits dtype", NULL, 0, 0, 0, k_dtypes, NULL, NULL,
+         NULL, 0},
+        {"--grad-dtype", XF_DTYPE, &a->grad_dtype, NULL, "gradient dtype", NULL, 0, 0, 0,
+         k_dtypes, NULL, NULL, NULL, 0},
+        {"--ignore-frac", XF_FLOAT, &a->ignore_frac, "F",
+         "fraction of labels set to ignore_index -100", NULL, XF_MIN | XF_MAX, 0, 1, NULL, NULL,
+         NULL, NULL, 0},
+        {"--bw-mib", XF_INT, &a->bw_mib, NULL, "size of each bandwidth buffer in MiB", NULL,
+         XF_MIN | XF_MAX, 1, 1 << 20, NULL, NULL, NULL, NULL, 0},
+        {"--seed", XF_INT, &a->seed, NULL, "seed of the logits and labels", NULL, 0, 0, 0, NULL,
+         NULL, NULL, NULL, 0},
+        {"--isa", XF_ENUM, &a->isa, NULL, "CPU path of the kernels (xent_cpu_set_isa)", NULL, 0,
+         0, 0, k_isas, NULL, NULL, NULL, 0},
+    };
+    memcpy(fl, t, sizeof t);
+    xf_cmd c = {"bench", "xent bench [options]", k_about, NULL, fl, (int)(sizeof t / sizeof t[0]),
+                0, NULL, 0, 0, NULL, 0};
+    return xf_parse(&c, argc, argv);
 }
 
 /* ---- timing helpers ------------------------------------------------------ */
@@ -300,9 +270,49 @@ static int time_kernels(const bench_args *a, const void *logits, const int64_t *
     if (!s) kt->lp = median_run(t, a->reps);
     free(t);
     if (s) {
-        fprintf(stderr, "xent: bench: %s: %s\n", xent_strerror(s), xent_last_error());
+        fprintf(stderr, "xent bench: %s: %s\n", xent_strerror(s), xent_last_error());
         return -1;
     }
+    return 0;
+}
+
+/* ---- the plain fp32 anchor (bench/plain_ce.h) --------------------------------- */
+
+typedef struct {
+    const uint16_t *logits;
+    const int64_t *labels;
+    uint16_t *grad; /* NULL: forward only */
+    int64_t V;
+    float scale;
+    float *nll;     /* [T] */
+} plain_job;
+
+static void plain_rows(void *ctx, int64_t r0, int64_t r1) {
+    plain_job *j = ctx;
+    for (int64_t r = r0; r < r1; r++)
+        j->nll[r] = plain_row_bf16(j->logits + (size_t)r * (size_t)j->V, j->V, j->labels[r],
+                                   j->scale, j->grad ? j->grad + (size_t)r * (size_t)j->V : NULL);
+}
+
+/* Times the plain anchor like time_kernels (bf16 in and out only). */
+static int time_plain(const bench_args *a, const void *logits, const int64_t *labels,
+                      void *grad, float *nll, int th, kernel_times *kt) {
+    int64_t counted = 0;
+    for (int64_t r = 0; r < a->T; r++) counted += labels[r] != -100;
+    plain_job j = {logits, labels, grad, a->V, counted ? 1.0f / (float)counted : 0.0f, nll};
+    run_time *t = malloc((size_t)a->reps * sizeof *t); /* [reps] */
+    if (!t) return -1;
+    for (int pass = 0; pass < 2; pass++) {
+        j.grad = pass == 0 ? grad : NULL;
+        for (int64_t r = -1; r < a->reps; r++) {
+            double t0 = now_s(), c0 = cpu_s();
+            xent_parallel_for(a->T, th, plain_rows, &j);
+            if (r >= 0) t[r] = (run_time){now_s() - t0, (cpu_s() - c0) / th};
+        }
+        if (pass == 0) kt->ce = median_run(t, a->reps);
+        else kt->lp = median_run(t, a->reps);
+    }
+    free(t);
     return 0;
 }
 
@@ -316,12 +326,16 @@ static void print_row(const char *path, int th, run_time t, double bytes, double
 }
 
 static int cmd_bench(int argc, char **argv) {
-    bench_args a = {2048, 128256, 5, 1024, 1, 0.05, XENT_BF16, XENT_BF16, {1, 2}, 2};
+    bench_args a = {2048, 128256, 5, 1024, 1, 0.05, XENT_BF16, XENT_BF16, {1, 2}, 2, 0};
     int rc = parse_args(argc, argv, &a);
     if (rc) return rc < 0 ? 0 : rc;
+    if (xent_cpu_set_isa((xent_isa)a.isa) != XENT_OK) {
+        fprintf(stderr, "xent bench: --isa %s: %s\n", k_isas[a.isa], xent_last_error());
+        return 1;
+    }
 
     bandwidth bw[MAX_THREADS];
-    if (measure_bandwidth(&a, bw)) { fprintf(stderr, "xent: bench: out of memory\n"); return 1; }
+    if (measure_bandwidth(&a, bw)) { fprintf(stderr, "xent bench: out of memory\n"); return 1; }
 
     size_t n = (size_t)a.T * (size_t)a.V;
     size_t esz = xent_dtype_size(a.dtype), gsz = xent_dtype_size(a.grad_dtype);
@@ -329,16 +343,19 @@ static int cmd_bench(int argc, char **argv) {
     void *grad = malloc(n * gsz);                            /* [T, V] */
     int64_t *labels = malloc((size_t)a.T * sizeof *labels); /* [T] */
     float *logprob = malloc((size_t)a.T * sizeof *logprob); /* [T] */
-    kernel_times kt[MAX_THREADS];
+    kernel_times kt[MAX_THREADS], kp[MAX_THREADS];
+    int plain = a.dtype == XENT_BF16 && a.grad_dtype == XENT_BF16;
     rc = 1;
     if (!logits || !grad || !labels || !logprob) {
-        fprintf(stderr, "xent: bench: cannot allocate %.2f GB\n", (double)n * (double)(esz + gsz) / 1e9);
+        fprintf(stderr, "xent bench: cannot allocate %.2f GB\n", (double)n * (double)(esz + gsz) / 1e9);
         goto done;
     }
     fill_inputs(&a, logits, labels);
     memset(grad, 0, n * gsz); /* fault the pages in */
     for (int i = 0; i < a.nthreads; i++)
-        if (time_kernels(&a, logits, labels, grad, logprob, a.threads[i], &kt[i])) goto done;
+        if (time_kernels(&a, logits, labels, grad, logprob, a.threads[i], &kt[i]) ||
+            (plain && time_plain(&a, logits, labels, grad, logprob, a.threads[i], &kp[i])))
+            goto done;
 
     printf("xent bench: T = %lld, V = %lld, %s logits, %s grad, reduction mean, %.0f%% ignored,\n"
            "median of %lld runs; bandwidth over %lld MiB buffers (GB = 1e9 bytes)\n",
@@ -348,6 +365,14 @@ static int cmd_bench(int argc, char **argv) {
         printf("  %d thread%s: copy %.2f GB/s (read + write), read %.2f GB/s; by CPU time: "
                "%.2f, %.2f\n", a.threads[i], a.threads[i] > 1 ? "s" : "", bw[i].copy / 1e9,
                bw[i].read / 1e9, bw[i].copy_cpu / 1e9, bw[i].read_cpu / 1e9);
+    for (int i = 0; i < a.nthreads; i++) /* for bench/torch_anchor.py */
+        printf("# bw threads=%d copy=%.6e read=%.6e copy_cpu=%.6e read_cpu=%.6e\n", a.threads[i],
+               bw[i].copy, bw[i].read, bw[i].copy_cpu, bw[i].read_cpu);
+    xent_isa used = xent_cpu_isa();
+    xent_cpu_set_isa(XENT_ISA_AUTO);
+    xent_isa best = xent_cpu_isa();
+    xent_cpu_set_isa(used);
+    printf("xent CPU path: %s (this CPU's best: %s)\n", xent_isa_name(used), xent_isa_name(best));
     printf("floor: one read of the logits (+ one write of the gradient) at that bandwidth;\n"
            "right of '|': the same from CPU time per thread (what a busy machine hides)\n");
     printf("%-20s %3s %9s %6s %8s %6s | %8s %8s %6s\n", "path", "thr", "time ms", "GB/s",
@@ -357,6 +382,11 @@ static int cmd_bench(int argc, char **argv) {
         print_row("fwd+bwd (xent_ce)", a.threads[i], kt[i].ce, bytes_ce, bw[i].copy, bw[i].copy_cpu);
     for (int i = 0; i < a.nthreads; i++)
         print_row("fwd only (logprobs)", a.threads[i], kt[i].lp, bytes_lp, bw[i].read, bw[i].read_cpu);
+    for (int i = 0; plain && i < a.nthreads; i++)
+        print_row("plain fp32 fwd+bwd", a.threads[i], kp[i].ce, bytes_ce, bw[i].copy, bw[i].copy_cpu);
+    for (int i = 0; plain && i < a.nthreads; i++)
+        print_row("plain fp32 fwd only", a.threads[i], kp[i].lp, bytes_lp, bw[i].read, bw[i].read_cpu);
+    if (!plain) printf("(the plain fp32 anchor runs for bf16 logits and gradient only)\n");
     double load[3];
     if (getloadavg(load, 3) == 3)
         printf("load average %.2f (%ld cores): above the core count the wall times are shared\n",

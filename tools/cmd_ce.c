@@ -3,6 +3,7 @@
  * (or [B, S]) from .safetensors/.npy, calls xent_ce and writes loss, nll,
  * logprob, lse, (entropy), (grad) to one .safetensors file or to .npy files. */
 #include "cli.h"
+#include "input.h"
 #include "xent.h"
 
 #include <math.h>
@@ -11,145 +12,142 @@
 
 typedef struct ce_args {
     const char *logits, *labels, *out;
-    int grad, entropy, have_grad_dtype;
+    int grad, entropy, allow_nonfinite, reduction, have_grad_dtype;
+    int64_t threads;
     xent_dtype grad_dtype;
     xent_ce_opts o;
 } ce_args;
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: xent ce --logits FILE[:NAME] --labels FILE[:NAME] --out FILE [options]\n\n"
-            "Exact cross-entropy of a logits file. Inputs: .safetensors or .npy; logits\n"
-            "F32/BF16/F16 [T, V] or [B, S, V]; labels I32/I64 [T] or [B, S].\n"
-            "Writes loss, nll, logprob, lse (and entropy, grad when asked) to FILE:\n"
-            "one .safetensors file, or FILE.npy -> FILE.NAME.npy per tensor.\n\n"
-            "  --logits FILE[:NAME]    logits tensor (required)\n"
-            "  --labels FILE[:NAME]    target ids, in [0, V) or the ignore index (required)\n"
-            "  --out FILE              output .safetensors or .npy (required)\n"
-            "  --grad                  also write grad = dL/dlogits (default: off)\n"
-            "  --grad-dtype f32|bf16|f16  dtype of grad (default: the logits dtype)\n"
-            "  --entropy               also write the per-row entropy (default: off)\n"
-            "  --ignore-index N        label of rows without a target (default: -100)\n"
-            "  --reduction none|sum|mean  loss reduction (default: mean)\n"
-            "  --normalizer X          divisor of mean; 0 = counted rows (default: 0)\n"
-            "  --temperature X         logits divided by X (default: 1)\n"
-            "  --softcap X             X * tanh(z / X) before the temperature; 0 = off (default: 0)\n"
-            "  --z-loss X              adds X * lse^2 per row (default: 0)\n"
-            "  --label-smoothing X     in [0, 1] (default: 0)\n"
-            "  --grad-scale X          upstream gradient of the loss (default: 1)\n"
-            "  --threads N             worker threads; 0 = XENT_NUM_THREADS or all cores (default: 0)\n"
-            "  -h, --help              this text\n\n"
-            "Prints one line: T, V, loss, counted rows, non-finite rows.\n"
-            "Exit status: 0 ok, 1 failure (bad file or input), 2 usage error.\n");
+static const char *const k_red_names[] = {"none", "sum", "mean", NULL};
+static const int k_red_values[] = {XENT_REDUCE_NONE, XENT_REDUCE_SUM, XENT_REDUCE_MEAN};
+static const char *const k_grad_dtypes[] = {"f32", "bf16", "f16", NULL};
+
+static const char k_about[] =
+    "Exact cross-entropy of a logits file. Inputs: .safetensors or .npy; logits\n"
+    "f32/bf16/f16 [T, V] or [B, S, V] (a bf16 .npy is the '<V2' array numpy\n"
+    "writes for ml_dtypes.bfloat16; f64 logits are rounded once to f32, the dtype\n"
+    "the kernel computes in); labels i32/i64 [T] or [B, S].\n\n"
+    "Outputs: loss, nll, logprob, lse (and entropy, grad when asked), f32 (grad:\n"
+    "--grad-dtype; a bf16 grad is written to .npy as f32, numpy has no bf16). With\n"
+    "--out FILE.safetensors: one file holding every tensor by name. With --out\n"
+    "FILE.npy: one file per tensor, FILE.loss.npy, FILE.nll.npy, FILE.logprob.npy,\n"
+    "FILE.lse.npy[, FILE.entropy.npy, FILE.grad.npy]; FILE.npy itself is not written.\n"
+    "The names are checked before any work: an output that is an input, or a\n"
+    "directory that does not exist, is a usage error.\n\n";
+
+static const char k_epilog[] =
+    "Prints one line: T, V, loss, counted rows, non-finite rows, the files.\n"
+    "A non-finite loss (or a non-finite row) writes the outputs and exits 1\n"
+    "unless --allow-nonfinite.\n";
+
+static void ce_cmd(xf_cmd *c, xf_flag *fl, int *nfl, ce_args *a) {
+    xf_flag t[] = {
+        {"--logits", XF_STRING, &a->logits, "FILE[:NAME]", "logits tensor", NULL, XF_REQUIRED,
+         0, 0, NULL, NULL, NULL, NULL, 0},
+        {"--labels", XF_STRING, &a->labels, "FILE[:NAME]",
+         "target ids, in [0, V) or the ignore index", NULL, XF_REQUIRED, 0, 0, NULL, NULL, NULL,
+         NULL, 0},
+        {"--out", XF_STRING, &a->out, "FILE", "output .safetensors, or .npy: FILE.NAME.npy each",
+         NULL, XF_REQUIRED, 0, 0, NULL, NULL, NULL, NULL, 0},
+        {"--grad", XF_BOOL, &a->grad, NULL, "also write grad = dL/dlogits", NULL, 0, 0, 0, NULL,
+         NULL, NULL, NULL, 0},
+        {"--grad-dtype", XF_DTYPE, &a->grad_dtype, NULL, "dtype of grad", "the logits dtype", 0,
+         0, 0, k_grad_dtypes, NULL, NULL, NULL, 0},
+        {"--entropy", XF_BOOL, &a->entropy, NULL, "also write the per-row entropy", NULL, 0, 0,
+         0, NULL, NULL, NULL, NULL, 0},
+        {"--ignore-index", XF_INT, &a->o.ignore_index, NULL, "label of rows without a target",
+         NULL, 0, 0, 0, NULL, NULL, NULL, "ignore_index", 0},
+        {"--reduction", XF_ENUM, &a->reduction, NULL, "loss reduction", NULL, 0, 0, 0,
+         k_red_names, k_red_values, NULL, "reduction", 0},
+        {"--normalizer", XF_FLOAT, &a->o.normalizer, NULL, "divisor of mean; 0 = counted rows",
+         NULL, XF_MIN, 0, 0, NULL, NULL, NULL, "normalizer", 0},
+        {"--temperature", XF_FLOAT, &a->o.temperature, NULL, "logits divided by X", NULL,
+         XF_MIN | XF_LO_OPEN, 0, 0, NULL, NULL, NULL, "temperature", 0},
+        {"--softcap", XF_FLOAT, &a->o.softcap, NULL, "X * tanh(z / X) before the temperature; 0 = off",
+         NULL, XF_MIN, 0, 0, NULL, NULL, NULL, "softcap", 0},
+        {"--z-loss", XF_FLOAT, &a->o.z_loss, NULL, "adds X * lse^2 per row", NULL, XF_MIN, 0, 0,
+         NULL, NULL, NULL, "z_loss", 0},
+        {"--label-smoothing", XF_FLOAT, &a->o.label_smoothing, NULL, "smoothing, in [0, 1]", NULL,
+         XF_MIN | XF_MAX, 0, 1, NULL, NULL, NULL, "label_smoothing", 0},
+        {"--grad-scale", XF_FLOAT, &a->o.grad_scale, NULL, "upstream gradient of the loss", NULL,
+         0, 0, 0, NULL, NULL, NULL, "grad_scale", 0},
+        {"--threads", XF_INT, &a->threads, NULL, "worker threads; 0 = XENT_NUM_THREADS or all cores",
+         NULL, XF_MIN | XF_MAX, 0, 4096, NULL, NULL, NULL, "threads", 0},
+        {"--allow-nonfinite", XF_BOOL, &a->allow_nonfinite, NULL, XENT_CLI_NONFINITE_HELP, NULL, 0,
+         0, 0, NULL, NULL, NULL, NULL, 0},
+    };
+    *nfl = (int)(sizeof t / sizeof t[0]);
+    memcpy(fl, t, sizeof t);
+    memset(c, 0, sizeof *c);
+    c->name = "ce";
+    c->usage = "xent ce --logits FILE[:NAME] --labels FILE[:NAME] --out FILE [options]";
+    c->about = k_about;
+    c->epilog = k_epilog;
+    c->flags = fl;
+    c->nflags = *nfl;
 }
 
-static int parse_reduction(const char *s, xent_reduction *r) {
-    if (!strcmp(s, "none")) *r = XENT_REDUCE_NONE;
-    else if (!strcmp(s, "sum")) *r = XENT_REDUCE_SUM;
-    else if (!strcmp(s, "mean")) *r = XENT_REDUCE_MEAN;
-    else {
-        fprintf(stderr, "xent ce: --reduction must be none, sum or mean, got '%s'\n", s);
+enum { CE_MAX_FLAGS = 24 };
+
+/* The output files, in the order written; returns their number. */
+static int out_files(const ce_args *a, char names[6][4096]) {
+    const char *t[6] = {"loss", "nll", "logprob", "lse", NULL, NULL};
+    int n = 4;
+    size_t len = strlen(a->out);
+    if (len >= 12 && !strcmp(a->out + len - 12, ".safetensors")) { /* one file */
+        snprintf(names[0], sizeof names[0], "%s", a->out);
         return 1;
     }
-    return 0;
-}
-
-/* A flag with a double value: returns 1 on a usage error, 0 if handled,
- * -1 if argv[*i] is not one of them. */
-static int parse_f64_flag(int argc, char **argv, int *i, ce_args *a) {
-    static const char *names[] = {"--normalizer", "--temperature", "--softcap", "--z-loss",
-                                  "--label-smoothing", "--grad-scale"};
-    double *dst[] = {&a->o.normalizer, &a->o.temperature, &a->o.softcap, &a->o.z_loss,
-                     &a->o.label_smoothing, &a->o.grad_scale};
-    for (int k = 0; k < 6; k++) {
-        if (strcmp(argv[*i], names[k])) continue;
-        const char *v = xent_cli_value(argc, argv, i);
-        return !v || xent_cli_parse_f64(names[k], v, dst[k]);
-    }
-    return -1;
-}
-
-static int parse_i64_flag(int argc, char **argv, int *i, ce_args *a) {
-    static const char *names[] = {"--ignore-index", "--threads"};
-    int64_t threads = 0;
-    int64_t *dst[] = {&a->o.ignore_index, &threads};
-    for (int k = 0; k < 2; k++) {
-        if (strcmp(argv[*i], names[k])) continue;
-        const char *v = xent_cli_value(argc, argv, i);
-        if (!v || xent_cli_parse_i64(names[k], v, dst[k])) return 1;
-        if (k == 1) {
-            if (threads < 0 || threads > 4096) {
-                fprintf(stderr, "xent ce: --threads must be in [0, 4096], got %s\n", v);
-                return 1;
-            }
-            a->o.threads = (int)threads;
-        }
-        return 0;
-    }
-    return -1;
+    if (a->entropy) t[n++] = "entropy";
+    if (a->grad) t[n++] = "grad";
+    for (int k = 0; k < n; k++) xent_cli_out_file(a->out, t[k], n, names[k], sizeof names[k]);
+    return n;
 }
 
 /* Returns 0 to run, 2 on a usage error, -1 after --help. */
-static int parse_args(int argc, char **argv, ce_args *a) {
+static int parse_args(int argc, char **argv, ce_args *a, xf_cmd *c) {
+    static xf_flag fl[CE_MAX_FLAGS];
+    int nfl;
     memset(a, 0, sizeof *a);
     xent_ce_opts_init(&a->o);
-    for (int i = 1; i < argc; i++) {
-        const char *f = argv[i];
-        int r;
-        if (!strcmp(f, "-h") || !strcmp(f, "--help")) { usage(stdout); return -1; }
-        if ((r = parse_f64_flag(argc, argv, &i, a)) >= 0) { if (r) return 2; continue; }
-        if ((r = parse_i64_flag(argc, argv, &i, a)) >= 0) { if (r) return 2; continue; }
-        if (!strcmp(f, "--grad")) { a->grad = 1; continue; }
-        if (!strcmp(f, "--entropy")) { a->entropy = 1; continue; }
-        const char *v;
-        if (!strcmp(f, "--logits") || !strcmp(f, "--labels") || !strcmp(f, "--out") ||
-            !strcmp(f, "--reduction") || !strcmp(f, "--grad-dtype")) {
-            if (!(v = xent_cli_value(argc, argv, &i))) return 2;
-        } else {
-            fprintf(stderr, "xent ce: unknown option '%s' (see xent ce --help)\n", f);
-            return 2;
-        }
-        if (!strcmp(f, "--logits")) a->logits = v;
-        else if (!strcmp(f, "--labels")) a->labels = v;
-        else if (!strcmp(f, "--out")) a->out = v;
-        else if (!strcmp(f, "--reduction")) { if (parse_reduction(v, &a->o.reduction)) return 2; }
-        else {
-            if (xent_dtype_parse(v, &a->grad_dtype) != XENT_OK ||
-                (a->grad_dtype != XENT_F32 && a->grad_dtype != XENT_BF16 && a->grad_dtype != XENT_F16)) {
-                fprintf(stderr, "xent ce: --grad-dtype must be f32, bf16 or f16, got '%s'\n", v);
-                return 2;
-            }
-            a->have_grad_dtype = 1;
-        }
-    }
-    const char *missing = !a->logits ? "--logits" : !a->labels ? "--labels" : !a->out ? "--out" : NULL;
-    if (missing) {
-        fprintf(stderr, "xent ce: %s is required (see xent ce --help)\n", missing);
-        return 2;
-    }
+    a->reduction = (int)a->o.reduction;
+    a->threads = a->o.threads;
+    a->grad_dtype = XENT_F32;
+    ce_cmd(c, fl, &nfl, a);
+    int rc = xf_parse(c, argc, argv);
+    if (rc) return rc;
+    a->o.reduction = (xent_reduction)a->reduction;
+    a->o.threads = (int)a->threads;
+    a->have_grad_dtype = xf_find(c, "--grad-dtype")->seen > 0;
     size_t n = strlen(a->out);
     if (!((n > 12 && !strcmp(a->out + n - 12, ".safetensors")) || (n > 4 && !strcmp(a->out + n - 4, ".npy")))) {
         fprintf(stderr, "xent ce: --out must end in .safetensors or .npy, got '%s'\n", a->out);
         return 2;
     }
-    return 0;
+    char files[6][4096], in_l[4096], in_b[4096];
+    int nf = out_files(a, files);
+    xent_cli_spec_file(a->logits, in_l, sizeof in_l);
+    xent_cli_spec_file(a->labels, in_b, sizeof in_b);
+    xent_cli_file outs[6], ins[2] = {{"--logits", in_l}, {"--labels", in_b}};
+    for (int k = 0; k < nf; k++) outs[k] = (xent_cli_file){"--out", files[k]};
+    return xent_cli_check_outputs("ce", outs, nf, ins, 2);
 }
 
 /* Checks the loaded inputs; returns 0 or prints a message and returns 1. */
 static int check_inputs(const ce_args *a, const xent_tensor *lg, const xent_tensor *lb,
                         int64_t *T, int64_t *V) {
     if (lg->dtype != XENT_F32 && lg->dtype != XENT_BF16 && lg->dtype != XENT_F16) {
-        fprintf(stderr, "xent ce: %s: logits dtype %s is not supported (f32, bf16, f16)\n", a->logits,
+        fprintf(stderr, "xent ce: --logits %s: dtype %s is not supported (f32, bf16, f16, f64)\n", a->logits,
                 xent_dtype_name(lg->dtype));
         return 1;
     }
     if (lg->ndim != 2 && lg->ndim != 3) {
-        fprintf(stderr, "xent ce: %s: logits must be [T, V] or [B, S, V], got %d dimensions\n", a->logits,
+        fprintf(stderr, "xent ce: --logits %s: must be [T, V] or [B, S, V], got %d dimensions\n", a->logits,
                 lg->ndim);
         return 1;
     }
     if (lb->dtype != XENT_I32 && lb->dtype != XENT_I64) {
-        fprintf(stderr, "xent ce: %s: labels dtype %s is not supported (i32, i64)\n", a->labels,
+        fprintf(stderr, "xent ce: --labels %s: dtype %s is not supported (i32, i64)\n", a->labels,
                 xent_dtype_name(lb->dtype));
         return 1;
     }
@@ -157,7 +155,7 @@ static int check_inputs(const ce_args *a, const xent_tensor *lg, const xent_tens
     *T = lg->ndim == 2 ? lg->shape[0] : lg->shape[0] * lg->shape[1]; /* bounded by the file size */
     int64_t nl = xent_tensor_numel(lb);
     if (lb->ndim < 1 || lb->ndim > 2 || nl != *T) {
-        fprintf(stderr, "xent ce: %s: labels must hold T = %lld values ([T] or [B, S]), got %lld in %d dimensions\n",
+        fprintf(stderr, "xent ce: --labels %s: must hold T = %lld values ([T] or [B, S]), got %lld in %d dimensions\n",
                 a->labels, (long long)*T, (long long)nl, lb->ndim);
         return 1;
     }
@@ -238,7 +236,18 @@ static int write_outputs(const ce_args *a, const ce_bufs *b, const xent_tensor *
     return 0;
 }
 
-static int run(const ce_args *a, const xent_tensor *lg, const xent_tensor *lb) {
+/* "o.safetensors" or "o.{loss,nll,logprob,lse}.npy" */
+static void files_text(const ce_args *a, char *buf, size_t cap) {
+    size_t n = strlen(a->out);
+    if (n > 12 && !strcmp(a->out + n - 12, ".safetensors")) {
+        snprintf(buf, cap, "%s", a->out);
+        return;
+    }
+    snprintf(buf, cap, "%.*s.{loss,nll,logprob,lse%s%s}.npy", (int)(n - 4), a->out,
+             a->entropy ? ",entropy" : "", a->grad ? ",grad" : "");
+}
+
+static int run(const ce_args *a, const xf_cmd *c, const xent_tensor *lg, const xent_tensor *lb) {
     int64_t T, V;
     if (check_inputs(a, lg, lb, &T, &V)) return 1;
     xent_dtype gdt = a->have_grad_dtype ? a->grad_dtype : lg->dtype;
@@ -250,7 +259,10 @@ static int run(const ce_args *a, const xent_tensor *lg, const xent_tensor *lb) {
                           &counted, &nonfinite};
     xent_status st = xent_ce(&in, &a->o, &out);
     if (st != XENT_OK) {
-        fprintf(stderr, "xent ce: %s: %s\n", st == XENT_ERR_LABEL ? a->labels : a->logits, xent_last_error());
+        char what[4200];
+        snprintf(what, sizeof what, "%s %s", st == XENT_ERR_LABEL ? "--labels" : "--logits",
+                 st == XENT_ERR_LABEL ? a->labels : a->logits);
+        xf_lib_error(c, what);
         bufs_free(&b);
         return 1;
     }
@@ -260,8 +272,16 @@ static int run(const ce_args *a, const xent_tensor *lg, const xent_tensor *lb) {
         if (a->o.reduction != XENT_REDUCE_NONE) loss = b.loss[0];
         else for (int64_t i = 0; i < T; i++) loss += b.loss[i];
         static const char *red[] = {"none: sum of rows", "sum", "mean"};
+        char files[4200];
+        files_text(a, files, sizeof files);
         printf("xent ce: T=%lld V=%lld loss=%.9g (%s) counted=%lld nonfinite=%lld -> %s\n", (long long)T,
-               (long long)V, loss, red[a->o.reduction], (long long)counted, (long long)nonfinite, a->out);
+               (long long)V, loss, red[a->o.reduction], (long long)counted, (long long)nonfinite, files);
+        if ((!isfinite(loss) || nonfinite > 0) && !a->allow_nonfinite) {
+            fprintf(stderr, "xent ce: the loss is %g with %lld non-finite row%s (outputs written); "
+                    "exit 1 (--allow-nonfinite accepts it)\n", loss, (long long)nonfinite,
+                    nonfinite == 1 ? "" : "s");
+            rc = 1;
+        }
     }
     bufs_free(&b);
     return rc;
@@ -269,19 +289,17 @@ static int run(const ce_args *a, const xent_tensor *lg, const xent_tensor *lb) {
 
 static int cmd_ce(int argc, char **argv) {
     ce_args a;
-    int rc = parse_args(argc, argv, &a);
+    xf_cmd c;
+    int rc = parse_args(argc, argv, &a, &c);
     if (rc) return rc < 0 ? 0 : rc;
     xent_tensor lg, lb;
-    if (xent_tensor_load(a.logits, &lg) != XENT_OK) {
-        fprintf(stderr, "xent ce: --logits: %s\n", xent_last_error());
-        return 1;
-    }
-    if (xent_tensor_load(a.labels, &lb) != XENT_OK) {
-        fprintf(stderr, "xent ce: --labels: %s\n", xent_last_error());
+    if (xent_cli_load("ce", "--logits", a.logits, &lg)) return 1;
+    if (xent_cli_to_f32("ce", &lg)) { xent_tensor_free(&lg); return 1; }
+    if (xent_cli_load("ce", "--labels", a.labels, &lb)) {
         xent_tensor_free(&lg);
         return 1;
     }
-    rc = run(&a, &lg, &lb);
+    rc = run(&a, &c, &lg, &lb);
     xent_tensor_free(&lg);
     xent_tensor_free(&lb);
     return rc;

@@ -1,130 +1,158 @@
 /* tools/cmd_compare.c: `xent compare A B [--ref R]`: do two engines agree on
- * the per-token log-probs of the same tokens? The work is in src/compare/. */
+ * the per-token log-probs of the same tokens? The work is in src/compare/;
+ * this file parses the flags and checks the output names before the work. */
 #include "cli.h"
 #include "compare/compare.h"
+#include "input.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
-static void usage(FILE *f) {
-    fprintf(f,
-        "usage: xent compare A B [options]\n\n"
-        "Per-token log-probs of the same tokens from two engines (A, B; e.g. a\n"
-        "sampler and a trainer): delta = A - B, PPO clip fractions, per-sequence\n"
-        "(GSPO) ratios, bootstrap intervals, worst tokens, and with --ref the split\n"
-        "of delta into each engine's error against a reference.\n\n"
-        "inputs (A, B, --ref): .npy | .safetensors[:NAME] (f32, bf16, f16, f64; any\n"
-        "shape, flattened; [S, T] = S sequences of T tokens) | .jsonl/.json (one\n"
-        "object per sequence: \"logprobs\", optional \"tokens\" and \"prompt_len\")\n"
-        "| anything else: text, one number per line (nan, inf, -inf accepted)\n\n"
-        "options:\n"
-        "  --ref FILE        reference log-probs (e.g. fp32)          (default: none)\n"
-        "  --tokens-a FILE   token ids of A: .npy/.safetensors int tensor, text, JSON\n"
-        "                    Lines \"tokens\", or JSON with \"tokens\": [[...], ...]\n"
-        "                                                             (default: from A if JSONL)\n"
-        "  --tokens-b FILE   token ids of B, same forms               (default: from B if JSONL)\n"
-        "  --offsets FILE    sequence boundaries: S+1 integers 0 = o_0 <= ... <= o_S = N\n"
-        "                                                             (default: from JSONL, else none)\n"
-        "  --mask FILE       N values 0/1 (integer or float tensor, or text), 1 =\n"
-        "                    completion token; only those enter the statistics\n"
-        "                                   (default: prompt_len from JSONL, else all)\n"
-        "  --zero-run K      exact zeros in a run of >= K tokens are bad (default: 8)\n"
-        "  --exclude-bad     leave bad log-probs (positive, NaN, inf, zero runs) out\n"
-        "                    instead of refusing                      (default: refuse, exit 1)\n"
-        "  --eps X           PPO clip: ratio below 1 - X, |delta| > X  (default: 0.2)\n"
-        "  --eps-high X      PPO clip: ratio above 1 + X              (default: 0.28)\n"
-        "  --clamp X         warn when |sum delta| of a sequence >= 0.9 X (default: 20)\n"
-        "  --bootstrap N     bootstrap resamples, 0 = none            (default: 1000)\n"
-        "  --seed N          bootstrap seed                           (default: 0)\n"
-        "  --top K           worst tokens listed                      (default: 10)\n"
-        "  --threads N       threads, 0 = XENT_NUM_THREADS or all cores (default: 0)\n"
-        "  --json FILE       write the results as JSON (\"-\" = stdout) (default: none)\n"
-        "  --html FILE       write a self-contained HTML report       (default: none)\n"
-        "  --quiet           no table on stdout                       (default: off)\n"
-        "  -h, --help        this text\n\n"
-        "exit status: 0 done, 1 a check failed (lengths, token ids, bad values) or an\n"
-        "I/O error, 2 usage error. Definitions: docs/compare.md.\n");
+static const char k_about[] =
+    "Per-token log-probs of the same tokens from two engines (A, B; e.g. a\n"
+    "trainer and a sampler): delta = A - B, PPO clip fractions, per-sequence\n"
+    "(GSPO) ratios, bootstrap intervals, worst tokens, with --ref the split\n"
+    "of delta into each engine's error against a reference (delta = floor +\n"
+    "(e_A - e_B), rho), and the metrics RL trainers log (A = trainer, B =\n"
+    "sampler, weight w = exp(A - B)): perplexities, K1/K2/K3 KL, chi-square,\n"
+    "ESS, TIS/MIS/ICEPOP fractions, by position, entropy and token frequency.\n\n"
+    "inputs (A, B, --ref): .npy | .safetensors[:NAME] (f32, bf16, f16, f64, all\n"
+    "read as double; any shape, flattened; [S, T] = S sequences of T tokens)\n"
+    "| .jsonl/.json (one object per sequence: \"logprobs\", optional \"tokens\"\n"
+    "\"prompt_len\" and \"entropy\") | anything else: text, one number per line (nan, inf,\n"
+    "-inf accepted)\n\n"
+    "The clip range and the zero-run length are the ones `xent rl` uses\n"
+    "(docs/compare.md: PPO's symmetric 0.2; DAPO's clip-higher is --eps-high 0.28).\n\n";
+
+static const char k_epilog[] =
+    "outputs: the table on stdout (unless --quiet), --json FILE, --html FILE; the\n"
+    "names are checked before any work (an output that is an input, two outputs\n"
+    "on one file, or a missing directory is a usage error).\n"
+    "exit 1 also when a statistic (mean, RMS, sum, max |delta|, a clip fraction)\n"
+    "is not finite, unless --allow-nonfinite. Definitions: docs/compare.md.\n";
+
+typedef struct cmp_args {
+    xent__cmp_cfg c;
+    int64_t seed, threads;
+} cmp_args;
+
+static xf_flag g_flags[32];
+static const char *g_pos[2];
+
+static void make_cmd(xf_cmd *cmd, cmp_args *a) {
+    xent__cmp_cfg *c = &a->c;
+    xf_flag fl[] = {
+        {"--ref", XF_STRING, &c->ref, "FILE", "reference log-probs (e.g. fp32); A's own with --ref-b",
+         NULL, 0, 0, 0, NULL, NULL, NULL, NULL, 0},
+        {"--ref-b", XF_STRING, &c->ref_b, "FILE",
+         "B's own reference (e.g. B's engine in fp32): e_B = B - ref_b,\n"
+         "floor = ref - ref_b (needs --ref)", "--ref", 0, 0, 0, NULL, NULL, NULL, NULL, 0},
+        {"--entropy", XF_STRING, &c->entropy, "FILE",
+         "per-token entropy (nats) for the entropy breakdown: tensor,\ntext, or JSON Lines "
+         "with \"entropy\"", "\"entropy\" of ref, A or B JSONL", 0, 0, 0, NULL, NULL, NULL,
+         NULL, 0},
+        {"--tokens-a", XF_STRING, &c->tokens_a, "FILE",
+         "token ids of A: .npy/.safetensors int tensor, text, JSON\nLines \"tokens\", or JSON "
+         "with \"tokens\": [[...], ...]", "from A if JSONL", 0, 0, 0, NULL, NULL, NULL, NULL, 0},
+        {"--tokens-b", XF_STRING, &c->tokens_b, "FILE", "token ids of B, same forms",
+         "from B if JSONL", 0, 0, 0, NULL, NULL, NULL, NULL, 0},
+        {"--offsets", XF_STRING, &c->offsets, "FILE",
+         "sequence boundaries: S+1 integers 0 = o_0 <= ... <= o_S = N",
+         "from JSONL, else none", 0, 0, 0, NULL, NULL, NULL, NULL, 0},
+        {"--mask", XF_STRING, &c->mask, "FILE",
+         "N values 0/1 (integer or float tensor, or text), 1 =\ncompletion token; only those "
+         "enter the statistics", "prompt_len from JSONL, else all", 0, 0, 0, NULL, NULL, NULL,
+         NULL, 0},
+        {"--zero-run", XF_INT, &c->opts.zero_run, "K",
+         "exact zeros in a run of >= K tokens are bad", NULL, XF_MIN, 1, 0, NULL, NULL, NULL,
+         "zero_run", 0},
+        {"--exclude-bad", XF_BOOL, &c->opts.exclude_bad, NULL,
+         "leave bad log-probs (positive, NaN, inf, zero runs) out\ninstead of refusing",
+         "refuse, exit 1", 0, 0, 0, NULL, NULL, NULL, "exclude_bad", 0},
+        {"--eps", XF_FLOAT, &c->opts.eps, NULL, "PPO clip: ratio below 1 - X, |delta| > X", NULL,
+         XF_MIN | XF_MAX | XF_LO_OPEN | XF_HI_OPEN, 0, 1, NULL, NULL, NULL, "eps", 0},
+        {"--eps-high", XF_FLOAT, &c->opts.eps_high, NULL, "PPO clip: ratio above 1 + X", NULL,
+         XF_MIN | XF_LO_OPEN, 0, 0, NULL, NULL, NULL, "eps_high", 0},
+        {"--clamp", XF_FLOAT, &c->opts.clamp, NULL,
+         "warn when |sum delta| of a sequence >= 0.9 X", NULL, XF_MIN | XF_LO_OPEN, 0, 0, NULL,
+         NULL, NULL, "clamp", 0},
+        {"--tis-cap", XF_FLOAT, &c->opts.tis_cap, "C",
+         "TIS truncation fraction: weight exp(A - B) > C (token, sequence)", NULL,
+         XF_MIN | XF_LO_OPEN, 0, 0, NULL, NULL, NULL, "tis_cap", 0},
+        {"--mis-cap", XF_FLOAT, &c->opts.mis_cap, "C",
+         "MIS masking fraction: weight > C (token, sequence, geometric)", NULL,
+         XF_MIN | XF_LO_OPEN, 0, 0, NULL, NULL, NULL, "mis_cap", 0},
+        {"--icepop-lo", XF_FLOAT, &c->opts.icepop_lo, "X",
+         "ICEPOP masking fraction: token weight outside [X, --icepop-hi]", NULL,
+         XF_MIN | XF_LO_OPEN, 0, 0, NULL, NULL, NULL, "icepop_lo", 0},
+        {"--icepop-hi", XF_FLOAT, &c->opts.icepop_hi, "X", "ICEPOP band's upper end", NULL,
+         XF_MIN | XF_LO_OPEN, 0, 0, NULL, NULL, NULL, "icepop_hi", 0},
+        {"--bootstrap", XF_INT, &c->opts.bootstrap, NULL, "bootstrap resamples, 0 = none", NULL,
+         XF_MIN | XF_MAX, 0, 1000000, NULL, NULL, NULL, "bootstrap", 0},
+        {"--seed", XF_INT, &a->seed, NULL, "bootstrap seed", NULL, XF_MIN, 0, 0, NULL, NULL,
+         NULL, "seed", 0},
+        {"--top", XF_INT, &c->opts.top, "K", "worst tokens listed", NULL, XF_MIN | XF_MAX, 0,
+         100000, NULL, NULL, NULL, "top", 0},
+        {"--threads", XF_INT, &a->threads, NULL, "threads, 0 = XENT_NUM_THREADS or all cores",
+         NULL, XF_MIN | XF_MAX, 0, 256, NULL, NULL, NULL, "threads", 0},
+        {"--json", XF_STRING, &c->json, "FILE", "write the results as JSON (\"-\" = stdout)",
+         NULL, 0, 0, 0, NULL, NULL, NULL, NULL, 0},
+        {"--html", XF_STRING, &c->html, "FILE", "write a self-contained HTML report", NULL, 0, 0,
+         0, NULL, NULL, NULL, NULL, 0},
+        {"--quiet", XF_BOOL, &c->quiet, NULL, "no table on stdout", NULL, 0, 0, 0, NULL, NULL,
+         NULL, NULL, 0},
+        {"--allow-nonfinite", XF_BOOL, &a->c.allow_nonfinite, NULL, XENT_CLI_NONFINITE_HELP, NULL, 0,
+         0, 0, NULL, NULL, NULL, NULL, 0},
+    };
+    memcpy(g_flags, fl, sizeof fl);
+    *cmd = (xf_cmd){"compare", "xent compare A B [options]", k_about, k_epilog, g_flags,
+                    (int)(sizeof fl / sizeof fl[0]), 20, "two log-prob files A and B", 2, 2,
+                    g_pos, 0};
 }
 
-/* Parses one flag at argv[*i]; returns 0 ok, 2 usage error, 3 help. */
-static int parse_flag(int argc, char **argv, int *i, xent__cmp_cfg *c) {
-    const char *a = argv[*i], *v;
-    const char **str = NULL;
-    if (!strcmp(a, "-h") || !strcmp(a, "--help")) return 3;
-    if (!strcmp(a, "--exclude-bad")) { c->opts.exclude_bad = 1; return 0; }
-    if (!strcmp(a, "--quiet")) { c->quiet = 1; return 0; }
-    if (!strcmp(a, "--ref")) str = &c->ref;
-    else if (!strcmp(a, "--tokens-a")) str = &c->tokens_a;
-    else if (!strcmp(a, "--tokens-b")) str = &c->tokens_b;
-    else if (!strcmp(a, "--offsets")) str = &c->offsets;
-    else if (!strcmp(a, "--mask")) str = &c->mask;
-    else if (!strcmp(a, "--json")) str = &c->json;
-    else if (!strcmp(a, "--html")) str = &c->html;
-    static const char *const valued[] = {"--eps", "--eps-high", "--clamp", "--zero-run",
-                                         "--bootstrap", "--top", "--seed", "--threads"};
-    int known = str != NULL;
-    for (size_t k = 0; k < sizeof valued / sizeof *valued; k++) known |= !strcmp(a, valued[k]);
-    if (!known) {
-        fprintf(stderr, "xent compare: unknown option '%s'\n", a);
-        return 2;
+/* Checks the outputs against each other and the inputs; 0 or 2. */
+static int check_names(const xent__cmp_cfg *c) {
+    const char *in[9] = {c->a, c->b, c->ref, c->ref_b, c->entropy, c->tokens_a, c->tokens_b,
+                         c->offsets, c->mask};
+    static const char *const inflag[9] = {"A", "B", "--ref", "--ref-b", "--entropy",
+                                          "--tokens-a", "--tokens-b", "--offsets", "--mask"};
+    char files[9][4096];
+    xent_cli_file ins[9], outs[2] = {{"--json", c->json}, {"--html", c->html}};
+    int nin = 0;
+    for (int k = 0; k < 9; k++) {
+        if (!in[k]) continue;
+        xent_cli_spec_file(in[k], files[nin], sizeof files[nin]);
+        ins[nin] = (xent_cli_file){inflag[k], files[nin]};
+        nin++;
     }
-    if (!(v = xent_cli_value(argc, argv, i))) return 2;
-    if (str) { *str = v; return 0; }
-    int64_t n;
-    if (!strcmp(a, "--eps")) return xent_cli_parse_f64(a, v, &c->opts.eps) ? 2 : 0;
-    if (!strcmp(a, "--eps-high")) return xent_cli_parse_f64(a, v, &c->opts.eps_high) ? 2 : 0;
-    if (!strcmp(a, "--clamp")) return xent_cli_parse_f64(a, v, &c->opts.clamp) ? 2 : 0;
-    if (!strcmp(a, "--zero-run")) return xent_cli_parse_i64(a, v, &c->opts.zero_run) ? 2 : 0;
-    if (!strcmp(a, "--bootstrap")) return xent_cli_parse_i64(a, v, &c->opts.bootstrap) ? 2 : 0;
-    if (!strcmp(a, "--top")) return xent_cli_parse_i64(a, v, &c->opts.top) ? 2 : 0;
-    if (!strcmp(a, "--seed")) {
-        if (xent_cli_parse_i64(a, v, &n)) return 2;
-        if (n < 0) { fprintf(stderr, "xent compare: --seed = %s must be >= 0\n", v); return 2; }
-        c->opts.seed = (uint64_t)n;
-        return 0;
-    }
-    if (!strcmp(a, "--threads")) {
-        if (xent_cli_parse_i64(a, v, &n)) return 2;
-        if (n < 0 || n > 256) {
-            fprintf(stderr, "xent compare: --threads = %s is outside [0, 256]\n", v);
-            return 2;
-        }
-        c->opts.threads = (int)n;
-        return 0;
-    }
-    return 2; /* not reached: every valued flag is handled above */
+    return xent_cli_check_outputs("compare", outs, 2, ins, nin);
 }
 
 static int cmd_compare(int argc, char **argv) {
-    xent__cmp_cfg c;
-    memset(&c, 0, sizeof c);
-    xent__cmp_opts_default(&c.opts);
-    const char *pos[2];
-    int npos = 0;
-    for (int i = 1; i < argc; i++) {
-        if (argv[i][0] == '-' && argv[i][1]) {
-            int rc = parse_flag(argc, argv, &i, &c);
-            if (rc == 3) { usage(stdout); return 0; }
-            if (rc) { fprintf(stderr, "(xent compare --help lists the options)\n"); return 2; }
-        } else if (npos < 2) {
-            pos[npos++] = argv[i];
-        } else {
-            fprintf(stderr, "xent compare: unexpected argument '%s'\n", argv[i]);
-            return 2;
-        }
-    }
-    if (npos != 2) {
-        fprintf(stderr, "xent compare: needs two log-prob files A and B\n\n");
-        usage(stderr);
+    cmp_args a;
+    memset(&a, 0, sizeof a);
+    xent__cmp_opts_default(&a.c.opts); /* the RL losses' defaults, as `xent rl` */
+    a.seed = (int64_t)a.c.opts.seed;
+    a.threads = a.c.opts.threads;
+    xf_cmd cmd;
+    make_cmd(&cmd, &a);
+    int rc = xf_parse(&cmd, argc, argv);
+    if (rc) return rc == XF_HELP ? 0 : rc;
+    a.c.opts.seed = (uint64_t)a.seed;
+    a.c.opts.threads = (int)a.threads;
+    a.c.a = cmd.pos[0];
+    a.c.b = cmd.pos[1];
+    if (xent__cmp_check_opts(&a.c.opts)) {
+        xf_lib_error(&cmd, NULL);
         return 2;
     }
-    if (xent__cmp_check_opts(&c.opts)) {
-        fprintf(stderr, "xent compare: %s\n", xent_last_error());
+    if (a.c.ref_b && !a.c.ref) {
+        fprintf(stderr, "xent compare: --ref-b needs --ref (A's reference)\n");
         return 2;
     }
-    c.a = pos[0];
-    c.b = pos[1];
-    return xent__cmp_run(&c);
+    if (check_names(&a.c)) return 2;
+    return xent__cmp_run(&a.c);
 }
 
 XENT_COMMAND(compare, "do two engines agree on per-token log-probs? (A vs B [vs ref])",

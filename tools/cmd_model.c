@@ -1,100 +1,156 @@
 /* tools/cmd_model.c: `xent model info|tokenize|export|loss|bench`. */
 #include "cli.h"
+#include "input.h"
 #include "model/model.h"
-#include "xent_internal.h"
+#include "core/xent_math.h"
 
 #include <cblas.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 void openblas_set_num_threads(int num_threads);
 
-static void usage(FILE *f) {
-    fprintf(f,
-        "usage: xent model ACTION MODEL [options]\n\n"
-        "MODEL is a GGUF file or a Hugging Face checkpoint directory\n"
-        "(config.json + *.safetensors), or random:smollm2-135m (SmolLM2-135M's\n"
-        "shapes, random weights, for timing). `make model` prints the default.\n\n"
-        "actions:\n"
-        "  info                    print the configuration and parameters\n"
-        "  tokenize                print the token ids of --text or --file\n"
-        "  export                  write an HF checkpoint directory --out\n"
-        "  loss                    forward + backward on --text/--file; print the loss\n"
-        "  bench                   time one fp32 forward + backward next to sgemm\n"
-        "  dump                    forward + backward on --text/--file; write --out\n"
-        "                          .safetensors: tokens, logits, logprobs, loss and\n"
-        "                          grad.NAME for every parameter (HF names)\n\n"
-        "options:\n"
-        "  --text STR              input text (tokenize, loss) (default: none)\n"
-        "  --file PATH             input text file (tokenize, loss) (default: none)\n"
-        "  --decode                tokenize: also print the decoded text (default: off)\n"
-        "  --out PATH              export: output directory; dump: .safetensors file\n"
-        "                          (required for both)\n"
-        "  --dtype f32|bf16|f16    export: tensor dtype (default: f32)\n"
-        "  --tokens N              bench: tokens in the batch (default: 512)\n"
-        "  --seq N                 loss/bench: sequence length; rows = tokens / seq\n"
-        "                          (default: all tokens in one row)\n"
-        "  --reps N                bench: timed repetitions (default: 3)\n"
-        "  --threads N             threads; 0 = XENT_NUM_THREADS or all cores (default: 0)\n"
-        "  -h, --help              this text\n");
-}
+static const char k_about[] =
+    "MODEL is a GGUF file or a Hugging Face checkpoint directory\n"
+    "(config.json + model.safetensors or shards with model.safetensors.index.json,\n"
+    "tokenizer.json), or random:smollm2-135m (SmolLM2-135M's shapes, random\n"
+    "weights, for timing); with --init random --config FILE|NAME, MODEL is left\n"
+    "out and the weights are random at the shapes of the configuration (the\n"
+    "family's initializer). `make model` prints the default.\n\n"
+    "actions:\n"
+    "  info                    print the configuration and parameters\n"
+    "  tokenize                print the token ids of --text or --file\n"
+    "  export                  write an HF checkpoint directory --out\n"
+    "  loss                    forward + backward on --text/--file; print the loss\n"
+    "  bench                   time one fp32 forward + backward next to sgemm\n"
+    "  dump                    forward + backward on --text/--file; write --out\n"
+    "                          .safetensors: tokens, logits, logprobs, loss and\n"
+    "                          grad.NAME for every parameter (HF names)\n\n";
+
+static const char k_epilog[] =
+    "--out is checked before the model is loaded (its directory must exist).\n"
+    "A non-finite loss (loss, dump, bench) exits 1 unless --allow-nonfinite.\n";
+
+static const char *const k_actions[] = {"info", "tokenize", "export", "loss", "bench", "dump"};
+static const char *const k_dtypes[] = {"f32", "bf16", "f16", NULL};
+static const char *const k_inits[] = {"checkpoint", "random", NULL};
+static char g_config_help[256];
 
 typedef struct {
-    const char *action, *model, *text, *file, *out;
-    int decode;
+    const char *action, *model, *text, *file, *out, *config;
+    int decode, allow_nonfinite, init;
     xent_dtype dtype;
     int64_t tokens, seq, reps, threads;
 } margs;
 
-static int parse(int argc, char **argv, margs *a) {
+/* Returns 0 to run, 2 on a usage error, -1 after --help. */
+static int parse(int argc, char **argv, margs *a, int *act) {
+    static xf_flag fl[16];
+    static const char *pos[2];
     memset(a, 0, sizeof *a);
     a->dtype = XENT_F32;
     a->tokens = 512;
     a->reps = 3;
-    for (int i = 1; i < argc; i++) {
-        const char *s = argv[i], *v;
-        if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
-            usage(stdout);
-            exit(0);
-        } else if (!strcmp(s, "--decode")) {
-            a->decode = 1;
-        } else if (!strcmp(s, "--text") || !strcmp(s, "--file") ||
-                   !strcmp(s, "--out") || !strcmp(s, "--dtype")) {
-            if (!(v = xent_cli_value(argc, argv, &i))) return 2;
-            if (!strcmp(s, "--text")) a->text = v;
-            else if (!strcmp(s, "--file")) a->file = v;
-            else if (!strcmp(s, "--out")) a->out = v;
-            else if (xent_dtype_parse(v, &a->dtype) ||
-                     (a->dtype != XENT_F32 && a->dtype != XENT_BF16 &&
-                      a->dtype != XENT_F16)) {
-                fprintf(stderr, "xent model: --dtype must be f32, bf16 or f16\n");
-                return 2;
-            }
-        } else if (!strcmp(s, "--tokens") || !strcmp(s, "--seq") ||
-                   !strcmp(s, "--reps") || !strcmp(s, "--threads")) {
-            if (!(v = xent_cli_value(argc, argv, &i))) return 2;
-            int64_t *d = !strcmp(s, "--tokens") ? &a->tokens
-                         : !strcmp(s, "--seq")  ? &a->seq
-                         : !strcmp(s, "--reps") ? &a->reps : &a->threads;
-            if (xent_cli_parse_i64(s, v, d)) return 2;
-        } else if (s[0] == '-') {
-            fprintf(stderr, "xent model: unknown option '%s'\n", s);
-            return 2;
-        } else if (!a->action) {
-            a->action = s;
-        } else if (!a->model) {
-            a->model = s;
-        } else {
-            fprintf(stderr, "xent model: unexpected argument '%s'\n", s);
+    snprintf(g_config_help, sizeof g_config_help,
+             "--init random: a config.json (or its directory) or\na built-in: %s",
+             xent_model_config_builtins());
+    xf_flag t[] = {
+        {"--init", XF_ENUM, &a->init, NULL,
+         "checkpoint: load MODEL; random: random weights at\nthe shapes of --config", NULL, 0,
+         0, 0, k_inits, NULL, NULL, NULL, 0},
+        {"--config", XF_STRING, &a->config, "FILE|NAME", g_config_help, "none", 0, 0, 0, NULL,
+         NULL, NULL, NULL, 0},
+        {"--text", XF_STRING, &a->text, "STR", "input text (tokenize, loss, dump)", NULL, 0, 0, 0,
+         NULL, NULL, NULL, NULL, 0},
+        {"--file", XF_STRING, &a->file, "PATH", "input text file (tokenize, loss, dump)", NULL, 0,
+         0, 0, NULL, NULL, NULL, NULL, 0},
+        {"--decode", XF_BOOL, &a->decode, NULL, "tokenize: also print the decoded text", NULL, 0,
+         0, 0, NULL, NULL, NULL, NULL, 0},
+        {"--out", XF_STRING, &a->out, "PATH",
+         "export: output directory; dump: .safetensors file\n(required for both)", NULL,
+         XF_NO_DEFAULT, 0, 0, NULL, NULL, NULL, NULL, 0},
+        {"--dtype", XF_DTYPE, &a->dtype, NULL, "export: tensor dtype", NULL, 0, 0, 0, k_dtypes,
+         NULL, NULL, NULL, 0},
+        {"--tokens", XF_INT, &a->tokens, NULL, "bench: tokens in the batch", NULL, XF_MIN, 1, 0,
+         NULL, NULL, NULL, NULL, 0},
+        {"--seq", XF_INT, &a->seq, NULL, "loss/bench/dump: sequence length; rows = tokens / seq",
+         "0: all tokens in one row", XF_MIN, 0, 0, NULL, NULL, NULL, NULL, 0},
+        {"--reps", XF_INT, &a->reps, NULL, "bench: timed repetitions", NULL, XF_MIN | XF_MAX, 1,
+         1000, NULL, NULL, NULL, NULL, 0},
+        {"--threads", XF_INT, &a->threads, NULL, "threads; 0 = XENT_NUM_THREADS or all cores",
+         NULL, XF_MIN | XF_MAX, 0, 256, NULL, NULL, NULL, "threads", 0},
+        {"--allow-nonfinite", XF_BOOL, &a->allow_nonfinite, NULL, XENT_CLI_NONFINITE_HELP, NULL,
+         0, 0, 0, NULL, NULL, NULL, NULL, 0},
+    };
+    memcpy(fl, t, sizeof t);
+    xf_cmd c = {"model", "xent model ACTION MODEL [options]", k_about, k_epilog, fl,
+                (int)(sizeof t / sizeof t[0]), 0, "ACTION MODEL", 1, 2, pos, 0};
+    pos[0] = pos[1] = NULL;
+    int rc = xf_parse(&c, argc, argv);
+    if (rc) return rc;
+    a->action = pos[0];
+    a->model = pos[1];
+    if (a->init == 1 && (!a->config || a->model)) {
+        fprintf(stderr, "xent model: --init random needs --config FILE|NAME and no MODEL "
+                "(built in: %s)\n", xent_model_config_builtins());
+        return 2;
+    }
+    if (a->init == 0 && (a->config || !a->model)) {
+        fprintf(stderr, a->config ? "xent model: --config is for --init random\n"
+                                  : "xent model: takes ACTION MODEL, got 1 argument (or ACTION "
+                                    "--init random --config FILE|NAME; see xent model --help)\n");
+        return 2;
+    }
+    *act = -1;
+    for (int i = 0; i < 6; i++)
+        if (!strcmp(a->action, k_actions[i])) *act = i;
+    if (*act < 0) {
+        fprintf(stderr, "xent model: unknown action '%s'; accepted: info, tokenize, export, "
+                "loss, bench, dump\n", a->action);
+        return 2;
+    }
+    if ((*act == 2 || *act == 5) && !a->out) {
+        fprintf(stderr, "xent model %s: needs --out\n", a->action);
+        return 2;
+    }
+    if ((*act == 1 || *act == 3 || *act == 5) && !a->text && !a->file) {
+        fprintf(stderr, "xent model %s: needs --text or --file\n", a->action);
+        return 2;
+    }
+    if (a->text && a->file) {
+        fprintf(stderr, "xent model: --text and --file %s: give one of them\n", a->file);
+        return 2;
+    }
+    if (*act == 5) {
+        xent_cli_file outs[1] = {{"--out", a->out}}, ins[2] = {{"MODEL", a->model}, {"--file", a->file}};
+        return xent_cli_check_outputs("model", outs, 1, ins, 2);
+    }
+    if (*act == 2) { /* a directory: its parent must exist */
+        char parent[4096];
+        snprintf(parent, sizeof parent, "%s", a->out);
+        size_t n = strlen(parent);
+        while (n > 1 && parent[n - 1] == '/') parent[--n] = '\0';
+        char *slash = strrchr(parent, '/');
+        if (slash) *(slash == parent ? slash + 1 : slash) = '\0';
+        else snprintf(parent, sizeof parent, ".");
+        if (access(parent, W_OK) != 0) {
+            fprintf(stderr, "xent model export: --out %s: the directory '%s' does not exist or "
+                    "is not writable\n", a->out, parent);
             return 2;
         }
     }
-    if (!a->action || !a->model) {
-        usage(stderr);
-        return 2;
-    }
     return 0;
+}
+
+/* 1 with a message when the loss is not finite and that is not allowed. */
+static int nonfinite_loss(const margs *a, double loss) {
+    if (isfinite(loss) || a->allow_nonfinite) return 0;
+    fprintf(stderr, "xent model %s: the loss is %g; exit 1 (--allow-nonfinite accepts it)\n",
+            a->action, loss);
+    return 1;
 }
 
 static double now(void) {
@@ -120,8 +176,20 @@ static int do_info(const xent_model *m) {
            (long long)c->hidden, (long long)c->n_heads,
            (long long)c->n_kv_heads, (long long)c->head_dim,
            (long long)c->vocab, (long long)c->max_seq, c->rope_theta,
-           c->rope_scaling == XENT_ROPE_LLAMA3 ? " (llama3 scaling)" : "",
+           c->rope_scaling == XENT_ROPE_LLAMA3   ? " (llama3 scaling)"
+           : c->rope_scaling == XENT_ROPE_LINEAR ? " (linear scaling)"
+                                                 : "",
            c->norm_eps, c->tied_head, c->qkv_bias);
+    printf("features      qk_norm %d, sandwich_norm %d, norm 1+w %d, %s MLP, embed_scale %d\n",
+           c->qk_norm, c->sandwich_norm, c->norm_plus_one, c->gelu_tanh ? "GeGLU (gelu tanh)" : "SwiGLU",
+           c->embed_scale);
+    if (c->sliding_window > 0 && c->swa_pattern > 0)
+        printf("sliding       window %lld on %s\n", (long long)c->sliding_window,
+               c->swa_pattern == 1 ? "every layer" : "layers l with (l + 1) % k != 0");
+    if (c->attn_softcap > 0 || c->final_softcap > 0 || c->query_scalar > 0 || c->rope_local_theta > 0)
+        printf("attention     scale 1/sqrt(%g), softcap %g, final softcap %g, local rope %g\n",
+               c->query_scalar > 0 ? c->query_scalar : (double)c->head_dim, c->attn_softcap,
+               c->final_softcap, c->rope_local_theta);
     printf("parameters    %lld in %d tensors\n",
            (long long)xent_model_n_weights(m), m->n_params);
     if (m->tok)
@@ -129,7 +197,10 @@ static int do_info(const xent_model *m) {
                (long long)xent_tokenizer_vocab(m->tok),
                xent_tokenizer_pre(m->tok));
     else
-        printf("tokenizer     none\n");
+        printf("tokenizer     none%s%s\n", m->tok_note[0] ? ": " : "", m->tok_note);
+    if (m->random_weights)
+        printf("weights       RANDOM (initializer normal(0, %g)), not a trained model\n",
+               c->init_std > 0 ? c->init_std : 0.02);
     return 0;
 }
 
@@ -164,7 +235,8 @@ static int read_text(const margs *a, char **text, size_t *len) {
 static int tokens_of(const xent_model *m, const margs *a, int32_t **ids,
                      int64_t *n) {
     if (!m->tok) {
-        fprintf(stderr, "xent model: %s has no tokenizer\n", a->model);
+        fprintf(stderr, "xent model: %s has no tokenizer%s%s\n", m->source,
+                m->tok_note[0] ? ": " : "", m->tok_note);
         return 1;
     }
     char *text;
@@ -237,7 +309,7 @@ static int do_loss(const xent_model *m, const margs *a) {
         printf("tokens %lld (B %lld, S %lld)  loss %.9g  time %.3f s\n",
                (long long)(B * S), (long long)B, (long long)S, loss, secs);
     free(ids);
-    return rc;
+    return rc ? rc : nonfinite_loss(a, loss);
 }
 
 static xent_tensor mk(const char *name, xent_dtype dt, void *data, int ndim,
@@ -288,8 +360,10 @@ static int do_dump(const xent_model *m, const margs *a) {
                            m->params[i].shape[0], m->params[i].shape[1]);
         }
         st = xent_tensors_save(a->out, ts, m->n_params + 4);
-        if (!st)
+        if (!st) {
             printf("tokens %lld  loss %.9g -> %s\n", (long long)T, loss, a->out);
+            rc = nonfinite_loss(a, loss);
+        }
     }
     if (st) rc = fail("dump", st);
     free(ts);
@@ -336,7 +410,7 @@ static int do_bench(const xent_model *m, const margs *a) {
         ids[i] = (int32_t)(x % (uint64_t)m->cfg.vocab);
     }
     int thr = (int)(a->threads > 0 ? a->threads : 0);
-    openblas_set_num_threads(xent__threads(thr));
+    openblas_set_num_threads(xent_num_threads(thr));
     const xent_model_config *c = &m->cfg;
     double g1 = sgemm_rate(B * S, c->hidden, c->dim);
     double g2 = sgemm_rate(B * S, c->vocab, c->dim);
@@ -351,7 +425,7 @@ static int do_bench(const xent_model *m, const margs *a) {
     printf("model         %s (%lld parameters)\n", m->source,
            (long long)xent_model_n_weights(m));
     printf("step          fp32 forward + backward, B %lld x S %lld, threads %d\n",
-           (long long)B, (long long)S, xent__threads(thr));
+           (long long)B, (long long)S, xent_num_threads(thr));
     printf("time          %.3f s (best of %lld), loss %.6g\n", secs,
            (long long)a->reps, loss);
     printf("work          %.2f GFLOP -> %.1f GFLOP/s\n", fl / 1e9,
@@ -360,7 +434,7 @@ static int do_bench(const xent_model *m, const margs *a) {
            "%.1f 2048^3\n", g1, g2, g3);
     printf("ratio         %.0f%% of max(sgemm [T,D]x[D,H], 2048^3)\n",
            100.0 * fl / secs / 1e9 / ref);
-    return 0;
+    return nonfinite_loss(a, loss);
 }
 
 /* SmolLM2-135M's shapes with random weights (timing without the file). */
@@ -388,24 +462,21 @@ static xent_status random_smollm2(xent_model **out) {
 
 static int cmd_model(int argc, char **argv) {
     margs a;
-    int rc = parse(argc, argv, &a);
-    if (rc) return rc;
-    const char *acts[] = {"info", "tokenize", "export", "loss", "bench", "dump"};
-    int act = -1;
-    for (int i = 0; i < 6; i++)
-        if (!strcmp(a.action, acts[i])) act = i;
-    if (act < 0) {
-        fprintf(stderr, "xent model: unknown action '%s'\n", a.action);
-        return 2;
-    }
-    if ((act == 2 || act == 5) && !a.out) {
-        fprintf(stderr, "xent model %s: needs --out\n", a.action);
-        return 2;
-    }
+    int act;
+    int rc = parse(argc, argv, &a, &act);
+    if (rc) return rc < 0 ? 0 : rc;
     xent_model *m;
-    xent_status st = !strcmp(a.model, "random:smollm2-135m")
-                         ? random_smollm2(&m)
-                         : xent_model_load(a.model, &m);
+    xent_status st;
+    if (a.init == 1) {
+        xent_model_config c;
+        st = xent_model_config_named(a.config, &c);
+        if (!st) st = xent_model_init_random(&c, 0, &m);
+        if (!st)
+            snprintf(m->source, sizeof m->source, "random weights, %s (%s)", a.config, c.arch);
+    } else {
+        st = !strcmp(a.model, "random:smollm2-135m") ? random_smollm2(&m)
+                                                      : xent_model_load(a.model, &m);
+    }
     if (st) return fail("load", st);
     switch (act) {
     case 0: rc = do_info(m); break;

@@ -2,14 +2,15 @@
  *
  * For one row of V logits and a list of target margins m = z_t - lse_{j!=t},
  * prints the relative error of the NLL and of the target gradient of xent
- * and of CPU emulations of the common cross-entropy forms (src/cpu/ce_forms.c)
+ * and of CPU emulations of the common cross-entropy forms (src/audit/ce_forms.c)
  * against a long-double oracle on the same rounded input, "Z" where a form
  * returns exactly 0 (the oracle never does), the sum of the row gradient
  * (0 for an exact gradient; the dead-zone signature when it is not), and the
  * first margin at which each form returns exactly 0 next to the predicted
- * one (the rounding argument is in src/cpu/ce_forms.c). */
+ * one (the rounding argument is in src/audit/ce_forms.c). */
 #include "cli.h"
-#include "cpu/ce_forms.h"
+#include "input.h"
+#include "audit/ce_forms.h"
 #include "xent.h"
 
 #include <math.h>
@@ -34,109 +35,75 @@ typedef struct {
     const char *json;
 } sweep_args;
 
-static void usage(FILE *f) {
-    fprintf(f,
-        "usage: xent sweep [options]\n"
-        "  Dead-zone table: relative error of the NLL and of the target gradient\n"
-        "  of xent and of common cross-entropy forms vs a long-double oracle, per\n"
-        "  target margin m = z_t - lse_{j!=t} (p_t = 1/(1+e^-m)); Z = exactly 0.\n"
-        "  Rows: z_t = --base, the others --scale*N(0,1) shifted so that\n"
-        "  lse_{j!=t} = base - m, then rounded to --dtype.\n\n"
-        "options:\n"
-        "  --vocab N          columns per row (default 128256)\n"
-        "  --dtype T          input rounding of the logits: bf16, f16, f32 (default bf16)\n"
-        "  --margin-min M     smallest margin (default -10)\n"
-        "  --margin-max M     largest margin (default 80)\n"
-        "  --step S           margin step; 0 = the chosen points -10 -5 0 1 2 3 3.5 4\n"
-        "                     5 5.5 5.6 6 6.2 6.3 7 8 8.3 8.4 10 12 14 16 16.6 16.7 18\n"
-        "                     20 30 40 60 80 within [min, max] (default 0)\n"
-        "  --margins LIST     comma-separated margins (overrides the above; default none)\n"
-        "  --base B           target logit z_t, sets the logit range (default 0)\n"
-        "  --scale S          std of the non-target logits (default 1)\n"
-        "  --seed N           seed of the non-target logits (default 1)\n"
-        "  --lse-bases LIST   extra --base values for the bf16_lse threshold, or\n"
-        "                     'none' (default 8,16,32,64)\n"
-        "  --tol T            bisection tolerance of the thresholds, nats (default 1e-4)\n"
-        "  --json FILE        also write the results as JSON ('-' = stdout; default none)\n"
-        "  -h, --help         this help\n");
+static const char k_about[] =
+    "Dead-zone table: relative error of the NLL and of the target gradient\n"
+    "of xent and of common cross-entropy forms vs a long-double oracle, per\n"
+    "target margin m = z_t - lse_{j!=t} (p_t = 1/(1+e^-m)); Z = exactly 0.\n"
+    "Rows: z_t = --base, the others --scale*N(0,1) shifted so that\n"
+    "lse_{j!=t} = base - m, then rounded to --dtype. A NaN in the table is a\n"
+    "result (a form that fails there), not an error: the exit status is 0.\n\n";
+
+static const char *const k_dtypes[] = {"bf16", "f16", "f32", NULL};
+
+static int set_margins(void *dst, const char *v, const char *flag, const char *cmd) {
+    sweep_args *a = dst;
+    return xf_parse_f64_list(cmd, flag, v, a->margins, MAX_MARGINS, &a->nmargins);
 }
 
-static int parse_list(const char *flag, const char *s, double *out, int max, int *n) {
-    *n = 0;
-    if (!strcmp(s, "none") || !*s) return 0;
-    char *buf = strdup(s), *save = NULL;
-    if (!buf) return 1;
-    int rc = 0;
-    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        if (*n >= max) { fprintf(stderr, "xent: %s has more than %d values\n", flag, max); rc = 1; break; }
-        if (xent_cli_parse_f64(flag, tok, &out[*n])) { rc = 1; break; }
-        (*n)++;
-    }
-    free(buf);
-    return rc;
-}
-
-static int known_flag(const char *f) {
-    static const char *const k[] = {"--vocab", "--seed", "--margin-min", "--margin-max", "--step", "--base", "--scale", "--tol", "--json", "--margins", "--lse-bases", "--dtype"};
-    for (size_t i = 0; i < sizeof k / sizeof *k; i++)
-        if (!strcmp(f, k[i])) return 1;
-    return 0;
+static int set_bases(void *dst, const char *v, const char *flag, const char *cmd) {
+    sweep_args *a = dst;
+    return xf_parse_f64_list(cmd, flag, v, a->lse_bases, MAX_BASES, &a->nbases);
 }
 
 static int parse_args(int argc, char **argv, sweep_args *a) {
-    const char *v;
-    int explicit_list = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *f = argv[i];
-        if (!strcmp(f, "-h") || !strcmp(f, "--help")) { usage(stdout); return -1; }
-        if (!known_flag(f)) {
-            fprintf(stderr, "xent: %s: unknown flag '%s' (see xent %s --help)\n", argv[0], f, argv[0]);
-            return 2;
-        }
-        if (!(v = xent_cli_value(argc, argv, &i))) return 2;
-        int bad;
-        if (!strcmp(f, "--vocab")) bad = xent_cli_parse_i64(f, v, &a->V);
-        else if (!strcmp(f, "--seed")) bad = xent_cli_parse_i64(f, v, &a->seed);
-        else if (!strcmp(f, "--margin-min")) bad = xent_cli_parse_f64(f, v, &a->mmin);
-        else if (!strcmp(f, "--margin-max")) bad = xent_cli_parse_f64(f, v, &a->mmax);
-        else if (!strcmp(f, "--step")) bad = xent_cli_parse_f64(f, v, &a->step);
-        else if (!strcmp(f, "--base")) bad = xent_cli_parse_f64(f, v, &a->base);
-        else if (!strcmp(f, "--scale")) bad = xent_cli_parse_f64(f, v, &a->scale);
-        else if (!strcmp(f, "--tol")) bad = xent_cli_parse_f64(f, v, &a->tol);
-        else if (!strcmp(f, "--json")) { a->json = v; bad = 0; }
-        else if (!strcmp(f, "--margins")) {
-            bad = parse_list(f, v, a->margins, MAX_MARGINS, &a->nmargins);
-            explicit_list = 1;
-        } else if (!strcmp(f, "--lse-bases"))
-            bad = parse_list(f, v, a->lse_bases, MAX_BASES, &a->nbases);
-        else if (!strcmp(f, "--dtype")) {
-            bad = xent_dtype_parse(v, &a->dtype) != XENT_OK ||
-                  (a->dtype != XENT_F32 && a->dtype != XENT_BF16 && a->dtype != XENT_F16);
-            if (bad) fprintf(stderr, "xent: --dtype expects bf16, f16 or f32, got '%s'\n", v);
-        } else {
-            fprintf(stderr, "xent: sweep: unknown flag '%s' (see xent sweep --help)\n", f);
-            return 2;
-        }
-        if (bad) return 2;
-    }
-    if (a->V < 2 || a->V > ((int64_t)1 << 31)) {
-        fprintf(stderr, "xent: --vocab = %lld is outside [2, 2^31]\n", (long long)a->V);
+    static xf_flag fl[16];
+    xf_flag t[] = {
+        {"--vocab", XF_INT, &a->V, NULL, "columns per row", NULL, XF_MIN | XF_MAX, 2,
+         (double)((int64_t)1 << 31), NULL, NULL, NULL, NULL, 0},
+        {"--dtype", XF_DTYPE, &a->dtype, NULL, "input rounding of the logits", NULL, 0, 0, 0,
+         k_dtypes, NULL, NULL, NULL, 0},
+        {"--margin-min", XF_FLOAT, &a->mmin, "M", "smallest margin", NULL, 0, 0, 0, NULL, NULL,
+         NULL, NULL, 0},
+        {"--margin-max", XF_FLOAT, &a->mmax, "M", "largest margin", NULL, 0, 0, 0, NULL, NULL,
+         NULL, NULL, 0},
+        {"--step", XF_FLOAT, &a->step, "S",
+         "margin step; 0 = the chosen points -10 -5 0 1 2 3 3.5 4\n5 5.5 5.6 6 6.2 6.3 7 8 8.3 "
+         "8.4 10 12 14 16 16.6 16.7 18\n20 30 40 60 80 within [min, max]", NULL, XF_MIN, 0, 0,
+         NULL, NULL, NULL, NULL, 0},
+        {"--margins", XF_FUNC, a, "LIST", "comma-separated margins (overrides the above)", "none",
+         0, 0, 0, NULL, NULL, set_margins, NULL, 0},
+        {"--base", XF_FLOAT, &a->base, "B", "target logit z_t, sets the logit range", NULL, 0, 0,
+         0, NULL, NULL, NULL, NULL, 0},
+        {"--scale", XF_FLOAT, &a->scale, "S", "std of the non-target logits", NULL, XF_MIN, 0, 0,
+         NULL, NULL, NULL, NULL, 0},
+        {"--seed", XF_INT, &a->seed, NULL, "seed of the non-target logits", NULL, 0, 0, 0, NULL,
+         NULL, NULL, NULL, 0},
+        {"--lse-bases", XF_FUNC, a, "LIST",
+         "extra --base values for the bf16_lse threshold, or\n'none'", "8,16,32,64", 0, 0, 0,
+         NULL, NULL, set_bases, NULL, 0},
+        {"--tol", XF_FLOAT, &a->tol, "T", "bisection tolerance of the thresholds, nats", NULL,
+         XF_MIN | XF_LO_OPEN, 0, 0, NULL, NULL, NULL, NULL, 0},
+        {"--json", XF_STRING, &a->json, "FILE", "also write the results as JSON ('-' = stdout)",
+         NULL, 0, 0, 0, NULL, NULL, NULL, NULL, 0},
+    };
+    memcpy(fl, t, sizeof t);
+    xf_cmd c = {"sweep", "xent sweep [options]", k_about, NULL, fl, (int)(sizeof t / sizeof t[0]),
+                0, NULL, 0, 0, NULL, 0};
+    int rc = xf_parse(&c, argc, argv);
+    if (rc) return rc;
+    if (!(a->mmin <= a->mmax)) {
+        fprintf(stderr, "xent sweep: --margin-min %g is above --margin-max %g\n", a->mmin, a->mmax);
         return 2;
     }
-    if (!(a->scale >= 0) || !isfinite(a->scale) || !isfinite(a->base) || !(a->tol > 0)) {
-        fprintf(stderr, "xent: --scale must be >= 0, --base finite, --tol > 0\n");
-        return 2;
-    }
-    if (!(a->mmin <= a->mmax) || !isfinite(a->mmin) || !isfinite(a->mmax) || a->step < 0) {
-        fprintf(stderr, "xent: need finite --margin-min <= --margin-max and --step >= 0\n");
-        return 2;
-    }
-    if (explicit_list) return 0;
+    xent_cli_file outs[1] = {{"--json", a->json}};
+    if (xent_cli_check_outputs("sweep", outs, 1, NULL, 0)) return 2;
+    if (xf_find(&c, "--margins")->seen) return 0;
     a->nmargins = 0;
     if (a->step > 0) {
         for (int64_t k = 0; a->mmin + (double)k * a->step <= a->mmax + 1e-9; k++) {
             if (a->nmargins >= MAX_MARGINS) {
-                fprintf(stderr, "xent: more than %d margins: raise --step\n", MAX_MARGINS);
+                fprintf(stderr, "xent sweep: --step %g gives more than %d margins: raise it\n",
+                        a->step, MAX_MARGINS);
                 return 2;
             }
             a->margins[a->nmargins++] = a->mmin + (double)k * a->step;
@@ -361,7 +328,11 @@ static int cmd_sweep(int argc, char **argv) {
     a.lse_bases[0] = 8, a.lse_bases[1] = 16, a.lse_bases[2] = 32, a.lse_bases[3] = 64;
     int rc = parse_args(argc, argv, &a);
     if (rc) return rc < 0 ? 0 : rc;
-    if (a.nmargins == 0) { fprintf(stderr, "xent: no margins in the range\n"); return 2; }
+    if (a.nmargins == 0) {
+        fprintf(stderr, "xent sweep: no margins in [--margin-min %g, --margin-max %g]\n", a.mmin,
+                a.mmax);
+        return 2;
+    }
 
     xent__sweep_gen g;
     float *z = malloc((size_t)a.V * sizeof *z);         /* [V] */
@@ -372,12 +343,12 @@ static int cmd_sweep(int argc, char **argv) {
     rc = 1;
     if (!z || !grad || !pts ||
         xent__sweep_gen_init(&g, a.V, -1, a.dtype, a.scale, (uint64_t)a.seed)) {
-        fprintf(stderr, "xent: sweep: out of memory\n");
+        fprintf(stderr, "xent sweep: out of memory\n");
         goto done_nogen;
     }
     for (int i = 0; i < a.nmargins; i++) run_point(&g, a.base, a.margins[i], z, grad, &pts[i]);
     if (collect_thresholds(&g, &a, th, &nth)) {
-        fprintf(stderr, "xent: sweep: out of memory\n");
+        fprintf(stderr, "xent sweep: out of memory\n");
         goto done;
     }
     int to_stdout_json = a.json && !strcmp(a.json, "-");
@@ -391,10 +362,17 @@ static int cmd_sweep(int argc, char **argv) {
         print_thresholds(th, nth);
     }
     if (a.json) {
-        FILE *f = to_stdout_json ? stdout : fopen(a.json, "w");
-        if (!f) { fprintf(stderr, "xent: cannot write %s\n", a.json); goto done; }
+        /* a file is written whole or not at all (xent_file_create) */
+        char *tmp = NULL;
+        FILE *f = to_stdout_json ? stdout : xent_file_create(a.json, &tmp);
+        if (!f) { fprintf(stderr, "xent sweep: --json: %s\n", xent_last_error()); goto done; }
         write_json(f, &a, &g, pts, a.nmargins, th, nth);
-        if (!to_stdout_json && fclose(f)) { fprintf(stderr, "xent: cannot write %s\n", a.json); goto done; }
+        if (to_stdout_json ? fflush(f) != 0
+                           : xent_file_commit(f, tmp, a.json, !ferror(f)) != XENT_OK) {
+            fprintf(stderr, "xent sweep: --json: %s\n",
+                    to_stdout_json ? "cannot write to stdout" : xent_last_error());
+            goto done;
+        }
     }
     rc = 0;
 done:

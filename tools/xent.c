@@ -3,7 +3,6 @@
 #include "xent.h"
 
 #include <errno.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,36 +15,22 @@ void xent_cli_register(const char *name, const char *summary, xent_cmd_fn fn) {
     if (g_ncmds < MAX_COMMANDS) g_cmds[g_ncmds++] = (command){name, summary, fn};
 }
 
-int xent_cli_parse_i64(const char *flag, const char *s, int64_t *out) {
+/* XENT_NUM_THREADS, read once here (the library reads no environment):
+ * the default thread count of every command (their --threads 0). Returns 0,
+ * or 2 on a bad value. */
+static int env_threads(void) {
+    const char *s = getenv("XENT_NUM_THREADS");
+    if (!s || !*s) return 0;
     char *end = NULL;
     errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end) {
-        fprintf(stderr, "xent: %s expects an integer, got '%s'\n", flag, s);
-        return 1;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < 0 || v > 4096) {
+        fprintf(stderr, "xent: XENT_NUM_THREADS expects an integer in [0, 4096] (0 = all cores), "
+                "got '%s'\n", s);
+        return 2;
     }
-    *out = (int64_t)v;
+    xent_set_num_threads((int)v);
     return 0;
-}
-
-int xent_cli_parse_f64(const char *flag, const char *s, double *out) {
-    char *end = NULL;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || isnan(v)) {
-        fprintf(stderr, "xent: %s expects a number, got '%s'\n", flag, s);
-        return 1;
-    }
-    *out = v;
-    return 0;
-}
-
-const char *xent_cli_value(int argc, char **argv, int *i) {
-    if (*i + 1 >= argc) {
-        fprintf(stderr, "xent: %s needs a value\n", argv[*i]);
-        return NULL;
-    }
-    return argv[++*i];
 }
 
 static int cmp_cmd(const void *a, const void *b) {
@@ -61,8 +46,13 @@ static void usage(FILE *f) {
     for (int i = 0; i < g_ncmds; i++)
         fprintf(f, "  %-10s %s\n", g_cmds[i].name, g_cmds[i].summary);
     fprintf(f,
-            "\nenvironment:\n"
-            "  XENT_NUM_THREADS   threads for the CPU kernels (default: all cores)\n");
+            "\nenvironment (read by the CLI at startup; the library reads none):\n"
+            "  XENT_NUM_THREADS     threads of every command's --threads 0 (default: all cores)\n"
+            "  XENT_CACHE           where `make model` puts the default audit model\n"
+            "                       (default: $HOME/.cache/xent)\n"
+            "  XENT_PROGRESS_AFTER  seconds before a progress line shows (default: 2)\n"
+            "\nexit status: 0 success, 1 bad or unreadable data (or a failed check, or a\n"
+            "non-finite loss or statistic without --allow-nonfinite), 2 usage error.\n");
 }
 
 int main(int argc, char **argv) {
@@ -73,11 +63,16 @@ int main(int argc, char **argv) {
         return argc < 2 ? 2 : 0;
     }
     if (!strcmp(argv[1], "--version") || !strcmp(argv[1], "version")) {
-        printf("xent %s\n", xent_version());
+        if (env_threads()) return 2;
+        printf("xent %s\nthreads %d (XENT_NUM_THREADS, else all cores)\n", xent_version(),
+               xent_num_threads(0));
         return 0;
     }
     for (int i = 0; i < g_ncmds; i++)
-        if (!strcmp(argv[1], g_cmds[i].name)) return g_cmds[i].fn(argc - 1, argv + 1);
+        if (!strcmp(argv[1], g_cmds[i].name)) {
+            if (env_threads()) return 2;
+            return g_cmds[i].fn(argc - 1, argv + 1);
+        }
     fprintf(stderr, "xent: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return 2;

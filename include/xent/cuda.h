@@ -59,11 +59,11 @@ extern "C" {
 #endif
 
 /* Number of CUDA devices usable by this build (0 without CUDA or GPU). */
-int xent_cuda_device_count(void);
+XENT_API int xent_cuda_device_count(void);
 
 /* Label checking for the calls made on this thread (default 1). Returns the
  * previous setting. */
-int xent_cuda_set_label_check(int on);
+XENT_API int xent_cuda_set_label_check(int on);
 
 /* Exact mode for the calls made on this thread (default 0). Returns the
  * previous setting. On, bf16/f16 logits take the precise path's pass 1, as
@@ -73,31 +73,68 @@ int xent_cuda_set_label_check(int on);
  * (within 1 ulp either way). It costs time (docs/cuda.md, bench/RESULTS.md).
  * Off, the fast path's bound applies (above). The fused LM head's calls
  * (below) ignore it. */
-int xent_cuda_set_exact(int on);
+XENT_API int xent_cuda_set_exact(int on);
+
+/* The kernels of a call. By default they are chosen from the shape and the
+ * options by one rule (src/cuda/select.cu; docs/cuda.md, "Kernel
+ * selection"): on the fast path, 16-bit logits with V <= 16384 take the
+ * on-chip kernel (one block holds a row); everything else takes the
+ * streaming kernel, whose block size is a function of V alone; the fused LM
+ * head makes 512 logits rows a chunk when it makes gradients. A non-zero
+ * field forces a choice for the calls made on this thread, for tests and
+ * benchmarks: every choice keeps the bounds above, and per-row results stay
+ * bitwise the same across T, row positions and entry points under one plan;
+ * two plans may differ in the last bits (another summation order). */
+typedef struct xent_cuda_plan {
+    int32_t kernel;         /* 0: chosen; 1: the streaming kernel; 2: the
+                               on-chip kernel where it applies (fast path,
+                               16-bit logits, the row fits its slices)      */
+    int32_t block;          /* streaming kernel: threads a block, 32..1024,
+                               a multiple of 32; 0: chosen                  */
+    int32_t stage_bytes;    /* streaming kernel with a gradient: shared
+                               memory a block keeps of its row between the
+                               passes, 1..204800; -1: none; 0: chosen      */
+    int32_t onchip_blocks;  /* on-chip kernel: blocks a row (a cluster):
+                               1, 2, 4 or 8; 0: chosen (1)                  */
+    int32_t onchip_threads; /* on-chip kernel: threads a block, 32..256, a
+                               multiple of 32; 0: chosen                    */
+    int32_t onchip_groups;  /* on-chip kernel: at most this many clusters in
+                               flight (each then does more rows); 0: all
+                               that fit                                     */
+    int64_t linear_rows;    /* fused LM head: logits rows a chunk when it
+                               makes gradients, 1..2^20; 0: chosen         */
+} xent_cuda_plan;
+
+/* Fills *p with the default plan (every field 0: chosen). */
+XENT_API void xent_cuda_plan_init(xent_cuda_plan *p);
+/* Sets the plan of the calls made on this thread (NULL: the default) and
+ * returns the previous one in *old (may be NULL). XENT_ERR_VALUE naming the
+ * field when a value is outside its range (nothing changed then). */
+XENT_API xent_status xent_cuda_set_plan(const xent_cuda_plan *p, xent_cuda_plan *old);
 
 /* As xent_ce: forward, and the gradient when out->grad is set. */
-xent_status xent_cuda_ce(const xent_ce_input *in, const xent_ce_opts *opts,
+XENT_API xent_status xent_cuda_ce(const xent_ce_input *in, const xent_ce_opts *opts,
                          xent_ce_output *out, void *stream);
 
 /* As xent_logprobs: logprob [T] and entropy [T] (either may be NULL). */
-xent_status xent_cuda_logprobs(const xent_ce_input *in,
+XENT_API xent_status xent_cuda_logprobs(const xent_ce_input *in,
                                const xent_ce_opts *opts, float *logprob,
                                float *entropy, void *stream);
 
 /* As xent_ce_backward: the gradient from the logits and saved stats [T]. */
-xent_status xent_cuda_ce_backward(const xent_ce_input *in,
+XENT_API xent_status xent_cuda_ce_backward(const xent_ce_input *in,
                                   const xent_ce_opts *opts,
                                   const xent_ce_stats *stats, void *grad,
                                   xent_dtype grad_dtype, int64_t ld_grad,
                                   void *stream);
 
 /* As xent_ce_shard_stats: partial [T] per-row statistics of one shard. */
-xent_status xent_cuda_ce_shard_stats(const xent_ce_input *in,
+XENT_API xent_status xent_cuda_ce_shard_stats(const xent_ce_input *in,
                                      const xent_ce_opts *opts,
                                      xent_ce_partial *partial, void *stream);
 
 /* As xent_ce_combine: parts [S][T] (shard-major) -> forward outputs. */
-xent_status xent_cuda_ce_combine(const xent_ce_partial *parts, int S,
+XENT_API xent_status xent_cuda_ce_combine(const xent_ce_partial *parts, int S,
                                  const xent_ce_input *in,
                                  const xent_ce_opts *opts,
                                  xent_ce_output *out, void *stream);
@@ -154,7 +191,7 @@ typedef struct xent_linear_grads {
  * not fp32, and [V] doubles for a bias gradient. A call uses the largest
  * group its workspace holds. Returns 0 when `in` is NULL or its T, H or V
  * is out of range (the call itself then names the problem). */
-size_t xent_cuda_linear_workspace(const xent_linear_input *in,
+XENT_API size_t xent_cuda_linear_workspace(const xent_linear_input *in,
                                   const xent_linear_grads *grads,
                                   int64_t chunk_rows);
 
@@ -164,14 +201,14 @@ size_t xent_cuda_linear_workspace(const xent_linear_input *in,
  * of workspace_bytes, or NULL to let the call allocate the default size
  * (cudaMallocAsync on `stream`). Labels are checked first (one
  * synchronization); on any error nothing has been written. */
-xent_status xent_cuda_linear_ce(const xent_linear_input *in,
+XENT_API xent_status xent_cuda_linear_ce(const xent_linear_input *in,
                                 const xent_ce_opts *opts, xent_ce_output *out,
                                 const xent_linear_grads *grads,
                                 void *workspace, size_t workspace_bytes,
                                 void *stream);
 
 /* Forward only: per-token logprob [T] and entropy [T] (either may be NULL). */
-xent_status xent_cuda_linear_logprobs(const xent_linear_input *in,
+XENT_API xent_status xent_cuda_linear_logprobs(const xent_linear_input *in,
                                       const xent_ce_opts *opts, float *logprob,
                                       float *entropy, void *workspace,
                                       size_t workspace_bytes, void *stream);
@@ -181,7 +218,7 @@ xent_status xent_cuda_linear_logprobs(const xent_linear_input *in,
  * partials go through xent_cuda_ce_combine (which gives the loss and the
  * stats [T]); then each shard calls xent_cuda_linear_backward with the
  * stats. Its hidden gradient is the shard's part: sum it over the shards. */
-xent_status xent_cuda_linear_shard_stats(const xent_linear_input *in,
+XENT_API xent_status xent_cuda_linear_shard_stats(const xent_linear_input *in,
                                          const xent_ce_opts *opts,
                                          xent_ce_partial *partial,
                                          void *workspace,
@@ -190,7 +227,7 @@ xent_status xent_cuda_linear_shard_stats(const xent_linear_input *in,
 /* The gradients from saved stats [T] (recomputes the logits: one more
  * product than xent_cuda_linear_ce). Reduction MEAN divides by the number
  * of rows with a target (or opts.normalizer), counted over all rows. */
-xent_status xent_cuda_linear_backward(const xent_linear_input *in,
+XENT_API xent_status xent_cuda_linear_backward(const xent_linear_input *in,
                                       const xent_ce_opts *opts,
                                       const xent_ce_stats *stats,
                                       const xent_linear_grads *grads,

@@ -54,7 +54,7 @@ typedef struct xent_rl_adv_opts {
     int subtract_mean; /* default 1; 0 or 1                                 */
 } xent_rl_adv_opts;
 
-void xent_rl_adv_opts_init(xent_rl_adv_opts *o);
+XENT_API void xent_rl_adv_opts_init(xent_rl_adv_opts *o);
 
 /* Groups of a flat reward array [n]: give exactly one of
  *   offsets [ngroups + 1]: group g holds [offsets[g], offsets[g + 1]);
@@ -81,7 +81,7 @@ typedef struct xent_rl_adv_stats {
  * [ngroups] (double, may be NULL) receive each group's mean and the std of
  * opts->std (0 for zero-variance groups, empty groups and for STD_NONE).
  * stats may be NULL. NaN or infinite rewards are XENT_ERR_VALUE. */
-xent_status xent_rl_group_advantages(const float *rewards,
+XENT_API xent_status xent_rl_group_advantages(const float *rewards,
                                      const xent_rl_groups *groups,
                                      const xent_rl_adv_opts *opts,
                                      float *adv, double *group_mean,
@@ -109,7 +109,7 @@ typedef struct xent_rl_batch_opts {
     double eps;              /* default 0; finite and >= 0                  */
 } xent_rl_batch_opts;
 
-void xent_rl_batch_opts_init(xent_rl_batch_opts *o);
+XENT_API void xent_rl_batch_opts_init(xent_rl_batch_opts *o);
 
 typedef struct xent_rl_batch_stats {
     int64_t n_counted; /* entries with mask 1                               */
@@ -119,7 +119,7 @@ typedef struct xent_rl_batch_stats {
 } xent_rl_batch_stats;
 
 /* adv_in [n] -> adv_out [n] (may alias). mask [n] or NULL. */
-xent_status xent_rl_batch_normalize(const float *adv_in, int64_t n,
+XENT_API xent_status xent_rl_batch_normalize(const float *adv_in, int64_t n,
                                     const uint8_t *mask,
                                     const xent_rl_batch_opts *opts,
                                     float *adv_out,
@@ -227,7 +227,13 @@ typedef struct xent_rl_loss_opts {
                                    (XENT_ERR_VALUE); 0 disables the check    */
 } xent_rl_loss_opts;
 
-void xent_rl_loss_opts_init(xent_rl_loss_opts *o);
+/* Fills *o with the defaults above, which `xent rl` and `xent compare` share:
+ * the clip range [1 - 0.2, 1 + 0.2] is PPO's symmetric epsilon (Schulman et
+ * al. 2017; DAPO's clip-higher is eps_high = 0.28, its own setting); the
+ * log-ratio clamp 20 before exp is verl's and OpenRLHF's; a run of 32 exact
+ * zeros is a zero-filled dump, where an isolated exact 0 is a genuine
+ * log-prob that rounded to 0 (bf16 pipelines give many). */
+XENT_API void xent_rl_loss_opts_init(xent_rl_loss_opts *o);
 
 /* Layout of the advantages. 0 is deliberately not a valid value. */
 typedef enum xent_rl_adv_layout {
@@ -269,7 +275,7 @@ typedef struct xent_rl_loss_stats {
 
 /* Per-token loss l_t [T] and gradient d(loss)/d(lp_new_t) [T] of the
  * aggregated loss; each pointer may be NULL. stats may be NULL. */
-xent_status xent_rl_policy_loss(const xent_rl_input *in,
+XENT_API xent_status xent_rl_policy_loss(const xent_rl_input *in,
                                 const xent_rl_loss_opts *opts,
                                 float *token_loss, float *grad,
                                 xent_rl_loss_stats *stats);
@@ -279,7 +285,7 @@ xent_status xent_rl_policy_loss(const xent_rl_input *in,
  * lp_new must be finite and <= 0, lp_ref <= 0 (-inf allowed), neither NaN
  * (no zero-run check here). n_clamped (may be NULL) receives the tokens
  * whose log-ratio was clamped. */
-xent_status xent_rl_kl_estimate(xent_rl_kl kind, const float *lp_new,
+XENT_API xent_status xent_rl_kl_estimate(xent_rl_kl kind, const float *lp_new,
                                 const float *lp_ref, int64_t T,
                                 const uint8_t *mask, double log_ratio_clamp,
                                 float *kl, float *dkl, int64_t *n_clamped);
@@ -310,7 +316,7 @@ typedef struct xent_rl_diag {
 
 /* in->lp_new is required; lp_old, lp_sampler optional (their fields are 0
  * when absent); advantages are not used. */
-xent_status xent_rl_diagnostics(const xent_rl_input *in,
+XENT_API xent_status xent_rl_diagnostics(const xent_rl_input *in,
                                 const xent_rl_loss_opts *opts,
                                 xent_rl_diag *out);
 
@@ -336,7 +342,7 @@ typedef struct xent_rl_lp_report {
  * counts and the first index. report (may be NULL) is always written: the
  * scan's counts, or empty counts (first_* = -1) when the arguments, offsets
  * or mask were rejected before the scan. */
-xent_status xent_rl_check_logprobs(const char *name, const float *lp,
+XENT_API xent_status xent_rl_check_logprobs(const char *name, const float *lp,
                                    int64_t T, const int64_t *offsets,
                                    int64_t nseq, const uint8_t *mask,
                                    int allow_neg_inf, int64_t zero_run_limit,
@@ -359,7 +365,7 @@ xent_status xent_rl_check_logprobs(const char *name, const float *lp,
  * K3 = expm1(d) - d for |d| >= 1/2 is involved (CUDA's expm1 vs the C
  * library's): within 1 ulp; docs/rl.md, "CUDA", lists each function.
  * Without CUDA in the build they return XENT_ERR_UNSUPPORTED. */
-xent_status xent_cuda_rl_group_advantages(const float *rewards,
+XENT_API xent_status xent_cuda_rl_group_advantages(const float *rewards,
                                           const xent_rl_groups *groups,
                                           const xent_rl_adv_opts *opts,
                                           float *adv, double *group_mean,
@@ -367,30 +373,30 @@ xent_status xent_cuda_rl_group_advantages(const float *rewards,
                                           xent_rl_adv_stats *stats,
                                           void *stream);
 
-xent_status xent_cuda_rl_batch_normalize(const float *adv_in, int64_t n,
+XENT_API xent_status xent_cuda_rl_batch_normalize(const float *adv_in, int64_t n,
                                          const uint8_t *mask,
                                          const xent_rl_batch_opts *opts,
                                          float *adv_out,
                                          xent_rl_batch_stats *stats,
                                          void *stream);
 
-xent_status xent_cuda_rl_policy_loss(const xent_rl_input *in,
+XENT_API xent_status xent_cuda_rl_policy_loss(const xent_rl_input *in,
                                      const xent_rl_loss_opts *opts,
                                      float *token_loss, float *grad,
                                      xent_rl_loss_stats *stats, void *stream);
 
-xent_status xent_cuda_rl_kl_estimate(xent_rl_kl kind, const float *lp_new,
+XENT_API xent_status xent_cuda_rl_kl_estimate(xent_rl_kl kind, const float *lp_new,
                                      const float *lp_ref, int64_t T,
                                      const uint8_t *mask,
                                      double log_ratio_clamp, float *kl,
                                      float *dkl, int64_t *n_clamped,
                                      void *stream);
 
-xent_status xent_cuda_rl_diagnostics(const xent_rl_input *in,
+XENT_API xent_status xent_cuda_rl_diagnostics(const xent_rl_input *in,
                                      const xent_rl_loss_opts *opts,
                                      xent_rl_diag *out, void *stream);
 
-xent_status xent_cuda_rl_check_logprobs(const char *name, const float *lp,
+XENT_API xent_status xent_cuda_rl_check_logprobs(const char *name, const float *lp,
                                         int64_t T, const int64_t *offsets,
                                         int64_t nseq, const uint8_t *mask,
                                         int allow_neg_inf,

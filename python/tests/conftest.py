@@ -8,8 +8,14 @@ import sys
 import numpy as np
 import pytest
 
+_CHECKOUT = pathlib.Path(__file__).resolve().parents[1]
 if os.environ.get("XENT_TEST_INSTALLED") != "1":
-    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+    sys.path.insert(0, str(_CHECKOUT))
+else:                     # the installed package, never this checkout's
+    import xent as _xent
+    _where = pathlib.Path(_xent.__file__).resolve()
+    assert _CHECKOUT not in _where.parents, \
+        "XENT_TEST_INSTALLED=1 but xent comes from the checkout: %s" % _where
 
 SEED = int(os.environ.get("XENT_TEST_SEED", "0") or 0) or \
     int.from_bytes(os.urandom(4), "little")

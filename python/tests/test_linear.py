@@ -138,13 +138,17 @@ def poison_for(T, H, V, dtype, bias):
 # --- runs everywhere ---------------------------------------------------------
 
 
-def test_cpu_tensors_are_refused():
+def test_cpu_tensors_take_the_cpu_path():
+    """CPU tensors go to xent/_linear_cpu.py (tests/test_linear_cpu.py);
+    the CUDA module itself still refuses them."""
     h, w = torch.zeros(3, 4), torch.zeros(5, 4)
     y = torch.zeros(3, dtype=torch.int64)
+    assert abs(xent.linear_cross_entropy(h, w, y).item() - math.log(5)) \
+        < 1e-6
     with pytest.raises(xent.XentTypeError, match="needs CUDA tensors"):
-        xent.linear_cross_entropy(h, w, y)
+        _linear.linear_cross_entropy(h, w, y)
     with pytest.raises(xent.XentTypeError, match="needs CUDA tensors"):
-        xent.linear_logprobs(h, w, y)
+        _linear.linear_logprobs(h, w, y)
     with pytest.raises(xent.XentError, match="reduction"):
         xent.linear_cross_entropy(h, w, y, reduction="avg")
 

@@ -1,5 +1,5 @@
 """RL loss math through Python (xent.group_advantages, batch_normalize,
-policy_loss, kl, rl_diagnostics, check_logprobs): the ANCHORS section 5
+policy_loss, kl, rl_diagnostics, check_logprobs): the known-failure
 cases, agreement with float64 NumPy formulas, bad inputs. NumPy only (runs
 in CI); the torch tests at the end skip where torch is absent.
 
@@ -71,7 +71,7 @@ ANCHOR_GROUPS = [[0.1] * 7, [0.1] * 8, [0.3] * 16, [0.2] * 3]
 @pytest.mark.parametrize("std", ["population", "sample", "none"])
 @pytest.mark.parametrize("eps", [0.0, 1e-9, 1e-6, 1e-4])
 def test_equal_groups_exact_zero(std, eps):
-    """ANCHORS 5: a float mean of [0.1]*7 leaves -7.45e-9 (-7.45 after
+    """Known failure (docs/rl.md): a float mean of [0.1]*7 leaves -7.45e-9 (-7.45 after
     / (0 + 1e-9)); xent gives exactly +0 for every equal group."""
     for g in ANCHOR_GROUPS:
         for r in (np.array(g, np.float32), np.array(g, np.float64), g):
@@ -195,7 +195,7 @@ def test_all_zero_pack_stays_zero():
 
 
 def test_residual_pack_zeros_stay_zero(rng):
-    """ANCHORS 5: [0.1]*8 in float64 leaves 1.39e-11, which a pack
+    """Known failure (docs/rl.md): [0.1]*8 in float64 leaves 1.39e-11, which a pack
     normalisation by mean|A| scales to O(1). Through xent the equal group is
     exactly 0 and stays 0; the other entries are A / mean|A|."""
     r = np.concatenate([np.full(8, 0.1), rng.standard_normal(8)])
@@ -360,7 +360,7 @@ def test_keyword_defaults_are_the_c_defaults():
 
 @pytest.mark.parametrize("old0", [-INF, -9999.0])
 def test_stale_old_logprob_finite(old0):
-    """ANCHORS 5 / audit item 8: exp(new - old) with old = -inf and A < 0
+    """Known failure (docs/rl.md): exp(new - old) with old = -inf and A < 0
     is +inf loss and NaN gradient; with the clamp at 20 it is e^20."""
     new = np.array([-1.0, -0.5], np.float32)
     old = np.array([old0, -0.5], np.float32)
@@ -440,7 +440,7 @@ def test_two_d_equals_offsets(rng):
 
 
 def test_zero_filled_sampler_dump_rejected():
-    """ANCHORS 5: a missing sampler log-prob filled with 0 gives a ratio
+    """Known failure (docs/rl.md): a missing sampler log-prob filled with 0 gives a ratio
     near 4.8e4; a run of 32 exact zeros is rejected with its position."""
     new = np.full(40, -0.7, np.float32)
     smp = new.copy()

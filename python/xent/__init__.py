@@ -9,21 +9,42 @@ was built with it); see docs/python.md.
     loss, grad = xent.cross_entropy_grad(x, y)         # NumPy gradient
     adv, info = xent.group_advantages(rewards, group_ids)  # RL (docs/python.md)
 """
+import importlib.util
 import sys
 
 from . import _capi
-from ._capi import XentError, XentTypeError, abi_mismatches
+from ._capi import (XentError, XentTypeError, abi_mismatches,
+                    set_num_threads, num_threads)
 
 from ._rl import (group_advantages, batch_normalize, policy_loss, kl,
                   rl_diagnostics, check_logprobs)
+from ._sampler import sampler_logprobs
 
 __all__ = ["cross_entropy", "cross_entropy_grad", "logprobs",
-           "CrossEntropyLoss", "XentError", "XentTypeError", "version",
+           "XentError", "XentTypeError", "version",
            "library_path", "cuda_available", "abi_mismatches",
            "group_advantages", "batch_normalize", "policy_loss", "kl",
            "rl_diagnostics", "check_logprobs", "linear_cross_entropy",
-           "linear_logprobs"]
+           "linear_logprobs", "set_num_threads", "num_threads",
+           "sampler_logprobs"]
 __version__ = "0.1.0"
+
+
+def _torch_present():
+    """torch is installed (found without importing it: `import xent` stays
+    fast and works where torch is absent or blocked)."""
+    if sys.modules.get("torch") is not None:
+        return True
+    try:
+        return importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):   # sys.modules["torch"] = None etc.
+        return False
+
+
+# torch, when present, adds the nn.Module (loaded on first use, __getattr__
+# below); `from xent import *` never imports torch where it is absent.
+if _torch_present():
+    __all__.append("CrossEntropyLoss")
 
 
 def _is_torch(x):
@@ -44,7 +65,7 @@ def library_path():
 
 def cuda_available():
     """True when libxent has CUDA kernels and torch sees a GPU."""
-    if "torch" not in sys.modules:
+    if sys.modules.get("torch") is None:
         try:
             import torch  # noqa: F401
         except ImportError:
@@ -108,24 +129,49 @@ def logprobs(logits, labels, *, temperature=1.0, entropy=False, **kw):
 
 
 def linear_cross_entropy(hidden, weight, labels, bias=None, **kw):
-    """The LM head fused with the cross-entropy (torch CUDA tensors):
+    """The LM head fused with the cross-entropy (torch CPU or CUDA tensors):
     loss of logits = hidden @ weight.T (+ bias) without the logits tensor;
     differentiable in hidden, weight and bias. See _linear.py for the
     keywords (ignore_index, reduction, normalizer, temperature, softcap,
-    z_loss, label_smoothing, return_stats, chunk_rows)."""
+    z_loss, label_smoothing, return_stats, chunk_rows; on the CPU also
+    grad_accum, process_group, vocab_start, vocab_block: _linear_cpu.py)."""
+    if _on_cpu(hidden):
+        from . import _linear_cpu
+        return _linear_cpu.linear_cross_entropy(hidden, weight, labels, bias,
+                                                **kw)
     from . import _linear
     return _linear.linear_cross_entropy(hidden, weight, labels, bias, **kw)
 
 
 def linear_logprobs(hidden, weight, labels, bias=None, **kw):
-    """Per-token log p(label) (and entropy with with_entropy=True) under
-    logits = hidden @ weight.T (+ bias), forward only (torch CUDA)."""
+    """Per-token log p(label) (and the entropy with entropy=True, alias
+    with_entropy) under logits = hidden @ weight.T (+ bias). CPU tensors:
+    differentiable in both outputs (xent/_linear_cpu.py); CUDA: forward
+    only."""
+    if "with_entropy" in kw:                # the CUDA path's older name
+        if "entropy" in kw:
+            raise XentError("pass entropy= or with_entropy=, not both")
+        kw["entropy"] = kw.pop("with_entropy")
+    if _on_cpu(hidden):
+        from . import _linear_cpu
+        return _linear_cpu.linear_logprobs(hidden, weight, labels, bias, **kw)
     from . import _linear
+    kw["with_entropy"] = kw.pop("entropy", False)
     return _linear.linear_logprobs(hidden, weight, labels, bias, **kw)
+
+
+def _on_cpu(t):
+    """A torch CPU tensor: the fused head's CPU path (xent/_linear_cpu.py)."""
+    return _is_torch(t) and t.device.type == "cpu"
 
 
 def __getattr__(name):
     if name == "CrossEntropyLoss":
-        from ._torch import CrossEntropyLoss
+        try:
+            from ._torch import CrossEntropyLoss
+        except ImportError as e:
+            raise ImportError("xent.CrossEntropyLoss needs PyTorch (%s); the "
+                              "NumPy API (xent.cross_entropy on ndarrays) "
+                              "works without it" % e) from e
         return CrossEntropyLoss
     raise AttributeError("module 'xent' has no attribute %r" % name)

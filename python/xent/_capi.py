@@ -191,6 +191,8 @@ _SIGNATURES = {
     "xent_last_error": (ctypes.c_char_p, []),
     "xent_version": (ctypes.c_char_p, []),
     "xent_abi_sizeof": (ctypes.c_size_t, [ctypes.c_char_p]),
+    "xent_set_num_threads": (c_int, [c_int]),
+    "xent_num_threads": (c_int, [c_int]),
     "xent_ce_opts_init": (None, [_P(CeOpts)]),
     "xent_ce": (c_int, [_P(CeInput), _P(CeOpts), _P(CeOutput)]),
     "xent_logprobs": (c_int, [_P(CeInput), _P(CeOpts), c_vp, c_vp]),
@@ -216,6 +218,10 @@ _SIGNATURES = {
     "xent_rl_adv_opts_init": (None, [_P(RlAdvOpts)]),
     "xent_rl_batch_opts_init": (None, [_P(RlBatchOpts)]),
     "xent_rl_loss_opts_init": (None, [_P(RlLossOpts)]),
+    # processed log-probs (include/xent/sampler.h; structs in _sampler.py)
+    "xent_sampler_opts_init": (None, [c_vp]),
+    "xent_sampler_logprobs": (c_int, [_P(CeInput), c_vp, c_vp]),
+    "xent_cuda_sampler_logprobs": (c_int, [_P(CeInput), c_vp, c_vp, c_vp]),
 }
 # The RL calls: CPU argtypes; the CUDA twin (xent_cuda_rl_*) adds a stream.
 _RL_ARGS = {
@@ -269,6 +275,7 @@ class _Lib:
                 raise XentError("libxent.so not found (looked in: %s); "
                                 "install with `pip install ./python` or "
                                 "set XENT_LIBRARY" % ", ".join(tried))
+            _apply_thread_env(self._dll)
         return self._dll
 
     def has(self, name):
@@ -295,6 +302,35 @@ class _Lib:
         st = self.fn(name)(*args)
         if st != OK:
             raise error_from_status(st, name)
+
+
+def _apply_thread_env(dll):
+    """The library reads no environment variable; the package honours
+    XENT_NUM_THREADS (a positive integer: the default thread count of calls
+    whose `threads` is 0) by passing it to xent_set_num_threads once, when
+    the library is loaded."""
+    v = os.environ.get("XENT_NUM_THREADS", "").strip()
+    if not v or not hasattr(dll, "xent_set_num_threads"):
+        return
+    try:
+        n = int(v)
+    except ValueError:
+        raise XentError("XENT_NUM_THREADS = %r is not an integer" % v,
+                        ERR_VALUE) from None
+    f = dll.xent_set_num_threads
+    f.restype, f.argtypes = c_int, [c_int]
+    f(max(0, min(n, 256)))
+
+
+def set_num_threads(n):
+    """Sets the process default thread count (n <= 0: all cores); returns
+    the previous setting (0 for all cores)."""
+    return LIB.fn("xent_set_num_threads")(_int("n", n, 31))
+
+
+def num_threads(requested=0):
+    """Threads a call with `threads=requested` gets (0: the default)."""
+    return LIB.fn("xent_num_threads")(_int("requested", requested, 31))
 
 
 LIB = _Lib()

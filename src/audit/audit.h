@@ -156,6 +156,8 @@ typedef struct xent_audit_result {
     int64_t seq_len, batch;
     int n_layers;
     int tied_head;         /* LM head shares the embeddings' gradient */
+    int random_weights;    /* 1: the model's weights are random (--init
+                              random): every report says so              */
     int threads;
     int gemm_device;       /* the variants' products: 0 CPU, 1 GPU            */
     double total_seconds;  /* whole audit, wall time */
@@ -251,6 +253,12 @@ typedef struct xent_audit_opts {
     int64_t batch;         /* default 1                                      */
     int threads;           /* default 0: XENT_NUM_THREADS, else all cores    */
     int progress;          /* default 1: a line per variant on stderr        */
+    /* default NULL; else the per-variant lines go to log(log_ctx, done,
+     * total, line) instead of stderr: line without '\n' (NULL when progress
+     * is 0), done of total variants finished (-1: a note, no count); the
+     * CLI draws its progress line from it */
+    void (*log)(void *log_ctx, int done, int total, const char *line);
+    void *log_ctx;
     int gemm_device;       /* default 0; 1: the variants' matrix products on
                               the GPU (cuBLAS, real tensor-core bf16/f16
                               products); the fp32 reference stays on the CPU */

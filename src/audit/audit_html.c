@@ -5,7 +5,7 @@
  *   - histogram of chosen-token log-prob deltas (variant - reference);
  *   - scatter of variant against reference chosen-token log-probs. */
 #include "audit/audit.h"
-#include "xent_internal.h"
+#include "core/xent_math.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -293,7 +293,13 @@ static void write_head(FILE *f, const xent_audit_result *r) {
           "td,th{border:1px solid #ccc;padding:2px 8px}\n"
           "td.n{text-align:right;font-family:monospace}\n"
           ".note{font-size:12px;color:#555}\nsvg{margin:6px}\n"
-          "</style></head><body>\n<h2>xent audit</h2>\n<p>model: ", f);
+          "</style></head><body>\n<h2>xent audit</h2>\n", f);
+    if (r->random_weights)
+        fputs("<p style='background:#fff3cd;border:1px solid #e0b000;padding:6px'><b>Random "
+              "weights</b>: this model was not loaded from a checkpoint; its weights are drawn "
+              "at random (--init random), so the numbers show the precision policies on these "
+              "shapes, not on a trained model.</p>\n", f);
+    fputs("<p>model: ", f);
     html_text(f, r->model);
     fputs("<br>input: ", f);
     html_text(f, r->input);
@@ -307,12 +313,13 @@ static void write_head(FILE *f, const xent_audit_result *r) {
 xent_status xent__audit_write_html(const xent_audit_result *r,
                                    const char *path) {
     xa_table *t = malloc(sizeof *t);
-    if (!t) return xent__fail(XENT_ERR_ALLOC, "--html: out of memory");
-    FILE *f = fopen(path, "w");
+    if (!t) return xent_set_error(XENT_ERR_ALLOC, "--html: out of memory");
+    /* written to PATH.tmp.XXXXXX and renamed into place when complete */
+    char *tmp = NULL;
+    FILE *f = xent_file_create(path, &tmp);
     if (!f) {
         free(t);
-        return xent__fail(XENT_ERR_IO, "--html %s: cannot open: %s", path,
-                          strerror(errno));
+        return XENT_ERR_IO;
     }
     write_head(f, r);
     depth_plot(f, r, 0);
@@ -328,8 +335,5 @@ xent_status xent__audit_write_html(const xent_audit_result *r,
     }
     fputs("</body></html>\n", f);
     free(t);
-    int bad = ferror(f);
-    if (fclose(f) || bad)
-        return xent__fail(XENT_ERR_IO, "--html %s: write failed", path);
-    return XENT_OK;
+    return xent_file_commit(f, tmp, path, !ferror(f));
 }

@@ -2,7 +2,7 @@
  * tensor and variant, the settings, the exact token ids and the
  * chosen-token log-probabilities. Non-finite numbers are written as null. */
 #include "audit/audit.h"
-#include "xent_internal.h"
+#include "core/xent_math.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -40,12 +40,12 @@ static void write_settings(FILE *f, const xent_audit_result *r) {
     jstr(f, r->input);
     fprintf(f, ", \"seed\": %llu, \"seq_len\": %lld, \"batch\": %lld, "
             "\"n_tokens\": %lld, \"n_targets\": %lld, \"n_layers\": %d, "
-            "\"tied_head\": %s, \"threads\": %d, "
+            "\"tied_head\": %s, \"random_weights\": %s, \"threads\": %d, "
             "\"variant_products\": \"%s\", \"reference\": ",
             (unsigned long long)r->seed, (long long)r->seq_len,
             (long long)r->batch, (long long)r->n_tokens,
             (long long)r->n_targets, r->n_layers,
-            r->tied_head ? "true" : "false", r->threads,
+            r->tied_head ? "true" : "false", r->random_weights ? "true" : "false", r->threads,
             r->gemm_device ? "cuda (cuBLAS)" : "cpu (OpenBLAS)");
     jstr(f, r->variants.v[r->ref].name);
     fputs(", \"seconds\": ", f);
@@ -156,9 +156,11 @@ static void write_variant(FILE *f, const xent_audit_result *r, int v) {
 
 xent_status xent__audit_write_json(const xent_audit_result *r,
                                    const char *path) {
-    FILE *f = fopen(path, "w");
-    if (!f) return xent__fail(XENT_ERR_IO, "--json %s: cannot open: %s", path,
-                              strerror(errno));
+    /* written to PATH.tmp.XXXXXX and renamed into place when complete: a
+     * failure leaves an existing report as it was */
+    char *tmp = NULL;
+    FILE *f = xent_file_create(path, &tmp);
+    if (!f) return XENT_ERR_IO;
     fprintf(f, "{\n  \"tool\": \"xent audit\", \"version\": \"%s\",\n",
             xent_version());
     write_settings(f, r);
@@ -169,8 +171,5 @@ xent_status xent__audit_write_json(const xent_audit_result *r,
         fputs(v + 1 < r->variants.n ? ",\n" : "\n", f);
     }
     fputs("  ]\n}\n", f);
-    int bad = ferror(f);
-    if (fclose(f) || bad)
-        return xent__fail(XENT_ERR_IO, "--json %s: write failed", path);
-    return XENT_OK;
+    return xent_file_commit(f, tmp, path, !ferror(f));
 }

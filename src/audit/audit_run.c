@@ -4,7 +4,7 @@
  * reference. */
 #include "audit/audit.h"
 #include "model/model.h"
-#include "xent_internal.h"
+#include "core/xent_math.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -20,8 +20,7 @@ static void blas_note(const xent_audit_opts *o) {
     const char *core = openblas_get_corename();
     fprintf(stderr, "audit: CPU matrix products: OpenBLAS kernels %s\n", core ? core : "?");
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-    if (core && !strcmp(core, "Prescott") && __builtin_cpu_supports("avx512f") &&
-        !getenv("OPENBLAS_CORETYPE"))
+    if (core && !strcmp(core, "Prescott") && __builtin_cpu_supports("avx512f"))
         fprintf(stderr, "audit: this CPU has AVX-512 but OpenBLAS runs its SSE3 kernels: "
                         "OPENBLAS_CORETYPE=SkylakeX makes the products about 2.5x faster "
                         "(docs/audit.md)\n");
@@ -59,7 +58,7 @@ static uint64_t splitmix64(uint64_t *x) {
 xent_status xent__audit_random_tokens(uint64_t seed, int64_t vocab, int64_t n,
                                       int32_t *out /* [n] */) {
     if (vocab < 1 || vocab > INT32_MAX)
-        return xent__fail(XENT_ERR_SHAPE, "vocab = %lld is outside [1, 2^31)",
+        return xent_set_error(XENT_ERR_SHAPE, "vocab = %lld is outside [1, 2^31)",
                           (long long)vocab);
     uint64_t x = seed;
     for (int64_t i = 0; i < n; i++) /* multiply-shift: uniform up to 2^-32 */
@@ -69,16 +68,16 @@ xent_status xent__audit_random_tokens(uint64_t seed, int64_t vocab, int64_t n,
 
 static xent_status read_text(const char *path, char **buf, size_t *len) {
     FILE *f = fopen(path, "rb");
-    if (!f) return xent__fail(XENT_ERR_IO, "--text %s: cannot open: %s", path,
+    if (!f) return xent_set_error(XENT_ERR_IO, "--text %s: cannot open: %s", path,
                               strerror(errno));
     char *b = malloc(MAX_TEXT_BYTES + 1);
-    if (!b) { fclose(f); return xent__fail(XENT_ERR_ALLOC, "--text: out of memory"); }
+    if (!b) { fclose(f); return xent_set_error(XENT_ERR_ALLOC, "--text: out of memory"); }
     size_t n = fread(b, 1, MAX_TEXT_BYTES + 1, f);
     int err = ferror(f);
     fclose(f);
     if (err || n > MAX_TEXT_BYTES) {
         free(b);
-        return xent__fail(err ? XENT_ERR_IO : XENT_ERR_VALUE,
+        return xent_set_error(err ? XENT_ERR_IO : XENT_ERR_VALUE,
                           "--text %s: %s", path, err ? "read failed"
                           : "larger than 64 MiB");
     }
@@ -98,17 +97,17 @@ static void fit_shape(int64_t n, int64_t *B, int64_t *S) {
 xent_status xent__audit_tokens(const xent_model *m, const xent_audit_opts *o,
                                int32_t **tokens, int64_t *B, int64_t *S) {
     if (o->seq_len < 2)
-        return xent__fail(XENT_ERR_VALUE, "--seq-len = %lld: needs at least 2 "
+        return xent_set_error(XENT_ERR_VALUE, "--seq-len = %lld: needs at least 2 "
                           "tokens (one target)", (long long)o->seq_len);
     if (o->batch < 1 || o->batch > (1 << 20) || o->seq_len > (1 << 24))
-        return xent__fail(XENT_ERR_VALUE, "--batch = %lld / --seq-len = %lld "
+        return xent_set_error(XENT_ERR_VALUE, "--batch = %lld / --seq-len = %lld "
                           "out of range", (long long)o->batch,
                           (long long)o->seq_len);
     *B = o->batch;
     *S = o->seq_len;
     if (!o->text_path) {
         int32_t *t = malloc(sizeof(int32_t) * (size_t)(*B * *S)); /* [B*S] */
-        if (!t) return xent__fail(XENT_ERR_ALLOC, "tokens: out of memory");
+        if (!t) return xent_set_error(XENT_ERR_ALLOC, "tokens: out of memory");
         xent_status st = xent__audit_random_tokens(o->seed, m->cfg.vocab,
                                                    *B * *S, t);
         if (st) { free(t); return st; }
@@ -116,9 +115,10 @@ xent_status xent__audit_tokens(const xent_model *m, const xent_audit_opts *o,
         return XENT_OK;
     }
     if (!m->tok)
-        return xent__fail(XENT_ERR_VALUE, "--text needs the model's tokenizer, "
-                          "and %s has none (a GGUF file carries one): use "
-                          "--random-tokens or a GGUF checkpoint", m->source);
+        return xent_set_error(XENT_ERR_VALUE, "--text needs the model's tokenizer, "
+                          "and %s has none%s%s (a GGUF file or a byte-level BPE "
+                          "tokenizer.json carries one): use --random-tokens", m->source,
+                          m->tok_note[0] ? ": " : "", m->tok_note);
     char *text = NULL;
     size_t len = 0;
     xent_status st = read_text(o->text_path, &text, &len);
@@ -130,7 +130,7 @@ xent_status xent__audit_tokens(const xent_model *m, const xent_audit_opts *o,
     if (st) return st;
     if (n < 2) {
         free(ids);
-        return xent__fail(XENT_ERR_VALUE, "--text %s gives %lld token%s: at "
+        return xent_set_error(XENT_ERR_VALUE, "--text %s gives %lld token%s: at "
                           "least 2 are needed (one target)", o->text_path,
                           (long long)n, n == 1 ? "" : "s");
     }
@@ -376,7 +376,7 @@ static float *take(float *dst, const float *src, int64_t n, int threads,
     *out = src ? dst : NULL;
     if (!src) return dst;
     copy_job j = {dst, src};
-    xent__parallel_for(n, n < ((int64_t)1 << 20) ? 1 : threads, copy_range,
+    xent_parallel_for(n, n < ((int64_t)1 << 20) ? 1 : threads, copy_range,
                        &j);
     return dst + n;
 }
@@ -390,7 +390,7 @@ static xent_status snap_ref(const xent_model *m, int64_t T, int threads,
     b->snap = malloc(sizeof(float) * (size_t)n);
     b->snap_ptr = calloc((size_t)(2 * L + m->n_params), sizeof(float *));
     if (!b->snap || !b->snap_ptr)
-        return xent__fail(XENT_ERR_ALLOC, "audit: reference copy of %lld "
+        return xent_set_error(XENT_ERR_ALLOC, "audit: reference copy of %lld "
                           "floats", (long long)n);
     float *p = b->snap, **lo = b->snap_ptr, **lg = lo + L, **pg = lg + L;
     p = take(p, rec->embed_out, T * D, threads, &rec->embed_out);
@@ -419,7 +419,7 @@ static xent_status bufs_new(const xent_model *m, int64_t B, int64_t S, int ne,
     b->g_ref = calloc((size_t)nt, sizeof(float));
     b->g_var = calloc((size_t)nt, sizeof(float));
     if (!b->srcs || !b->lp_ref || !b->g_ref || !b->g_var)
-        return xent__fail(XENT_ERR_ALLOC, "audit: out of memory");
+        return xent_set_error(XENT_ERR_ALLOC, "audit: out of memory");
     xent_status st = xent_model_ws_new(m, B, S, 1, &b->ws);
     /* variants that differ from the one before only from the final norm on
      * (bf16 -> bf16_fp32head) reuse its forward through the layers */
@@ -441,7 +441,8 @@ static void fill_settings(const xent_model *m, const int32_t *tokens,
     r->batch = B;
     r->n_layers = (int)m->cfg.n_layers;
     r->tied_head = m->cfg.tied_head;
-    r->threads = xent__threads(o->threads);
+    r->random_weights = m->random_weights;
+    r->threads = xent_num_threads(o->threads);
     r->gemm_device = o->gemm_device;
     memcpy(r->tokens, tokens, sizeof(int32_t) * (size_t)(B * S));
 }
@@ -465,10 +466,13 @@ static xent_status run_one(const xent_model *m, xent_model_ws *ws,
 /* secs: run plus comparison; r->seconds[v]: the run alone. */
 static void progress(const xent_audit_opts *o, const xent_audit_result *r,
                      int k, int v, double secs) {
-    if (!o->progress) return;
-    fprintf(stderr, "audit: [%d/%d] %-16s run %6.1f s, compare %4.1f s, loss "
-            "%.6f, loss scale %g\n", k, r->variants.n, r->variants.v[v].name,
-            r->seconds[v], secs - r->seconds[v], r->loss[v], r->loss_scale[v]);
+    if (!o->progress && !o->log) return;
+    char line[256];
+    snprintf(line, sizeof line, "audit: [%d/%d] %-16s run %6.1f s, compare %4.1f s, loss "
+             "%.6f, loss scale %g", k, r->variants.n, r->variants.v[v].name,
+             r->seconds[v], secs - r->seconds[v], r->loss[v], r->loss_scale[v]);
+    if (o->log) o->log(o->log_ctx, k, r->variants.n, o->progress ? line : NULL);
+    else fprintf(stderr, "%s\n", line);
 }
 
 /* Runs variant v (not the reference) and compares it. */
@@ -503,7 +507,7 @@ static xent_status run_and_compare(const xent_model *m, const int32_t *tokens,
     gather_target_grad(rec.dlogits, tokens, B, S, m->cfg.vocab, b->g_var);
     dead_zone(r, v, lp, b->lp_ref, b->g_var, b->g_ref);
     cmp_ctx c = {m, ref, &rec, b->srcs, b->lp_ref, lp, B * S,
-                 xent__threads(o->threads)};
+                 xent_num_threads(o->threads)};
     return compare(&c, r, v);
 }
 
@@ -522,10 +526,14 @@ static xent_status audit_variant(const xent_model *m, const int32_t *tokens,
     for (int tries = 0;; tries++) {
         xent_status st = run_and_compare(m, tokens, B, S, o, b, ref, &p, r, v);
         if (st || !autoscale || tries == 8 || !grads_overflowed(r, v)) return st;
-        if (o->progress)
-            fprintf(stderr, "audit: %s: a gradient overflowed at loss scale %g;"
-                    " again at %g\n", r->variants.v[v].name, p.loss_scale,
-                    p.loss_scale / 2);
+        if (o->progress) {
+            char line[256];
+            snprintf(line, sizeof line, "audit: %s: a gradient overflowed at loss "
+                     "scale %g; again at %g", r->variants.v[v].name, p.loss_scale,
+                     p.loss_scale / 2);
+            if (o->log) o->log(o->log_ctx, -1, r->variants.n, line);
+            else fprintf(stderr, "%s\n", line);
+        }
         p.loss_scale /= 2;
     }
 }
@@ -550,9 +558,9 @@ static xent_status audit_reference(const xent_model *m, const int32_t *tokens,
            sizeof(float) * (size_t)r->n_targets);
     dead_zone(r, v, b->lp_ref, b->lp_ref, b->g_ref, b->g_ref);
     cmp_ctx c = {m, ref, ref, b->srcs, b->lp_ref, b->lp_ref, B * S,
-                 xent__threads(o->threads)};
+                 xent_num_threads(o->threads)};
     st = compare(&c, r, v);
-    return st ? st : snap_ref(m, B * S, xent__threads(o->threads), b, ref);
+    return st ? st : snap_ref(m, B * S, xent_num_threads(o->threads), b, ref);
 }
 
 xent_status xent__audit_run(const xent_model *m, const int32_t *tokens,
@@ -563,7 +571,7 @@ xent_status xent__audit_run(const xent_model *m, const int32_t *tokens,
     xent_status st = xent__audit_find_reference(vs, &ref);
     if (st) return st;
     if (S < 2 || B < 1)
-        return xent__fail(XENT_ERR_VALUE, "audit: %lld x %lld tokens: at least "
+        return xent_set_error(XENT_ERR_VALUE, "audit: %lld x %lld tokens: at least "
                           "2 per row are needed", (long long)B, (long long)S);
     double t_start = now_s();
     blas_note(o);
@@ -595,7 +603,7 @@ xent_status xent__audit_run(const xent_model *m, const int32_t *tokens,
         char msg[512];
         snprintf(msg, sizeof msg, "%s", xent_last_error());
         xent__audit_result_free(r);
-        return xent__fail(st, "audit: %s", msg);
+        return xent_set_error(st, "audit: %s", msg);
     }
     return XENT_OK;
 }

@@ -7,7 +7,7 @@
  * Inputs are floats, so every product of two of them (or of two centred
  * values rounded to double) carries at most one rounding of 2^-53. */
 #include "audit/audit.h"
-#include "xent_internal.h"
+#include "core/xent_math.h"
 
 #include <stdlib.h>
 
@@ -139,16 +139,16 @@ xent_status xent__audit_metrics_mt(const float *test, const float *ref,
         free(x.p1);
         free(x.p2);
         metrics_nan(m);
-        return xent__fail(XENT_ERR_ALLOC, "audit metrics: out of memory");
+        return xent_set_error(XENT_ERR_ALLOC, "audit metrics: out of memory");
     }
     int identical;
-    xent__parallel_for(nb, threads, block_pass1, &x);
+    xent_parallel_for(nb, threads, block_pass1, &x);
     combine1(&x, nb, m, &x.mt, &x.mr, &identical);
     if (m->n_nonfinite) {
         metrics_nan(m);
     } else {
         pass2 s;
-        xent__parallel_for(nb, threads, block_pass2, &x);
+        xent_parallel_for(nb, threads, block_pass2, &x);
         combine2(&x, nb, &s);
         finish(m, &s, identical);
     }

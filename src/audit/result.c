@@ -1,14 +1,14 @@
 /* src/audit/result.c: the audit's result arrays and the per-variant summary
  * (which tensors feed which column: docs/audit.md, "Tables"). */
 #include "audit/audit.h"
-#include "xent_internal.h"
+#include "core/xent_math.h"
 
 #include <stdlib.h>
 
 xent_status xent__audit_result_alloc(xent_audit_result *r, int nv, int ne,
                                      int64_t nt, int64_t nk) {
     if (nv < 1 || ne < 0 || nt < 0 || nk < 0)
-        return xent__fail(XENT_ERR_SHAPE, "audit result: bad sizes nv=%d ne=%d "
+        return xent_set_error(XENT_ERR_SHAPE, "audit result: bad sizes nv=%d ne=%d "
                           "nt=%lld nk=%lld", nv, ne, (long long)nt, (long long)nk);
     size_t snv = (size_t)nv;
     r->entries = calloc((size_t)(ne > 0 ? ne : 1), sizeof *r->entries);
@@ -25,7 +25,7 @@ xent_status xent__audit_result_alloc(xent_audit_result *r, int nv, int ne,
         !r->dead_grad || !r->dead_any || !r->loss_scale || !r->seconds ||
         !r->loss) {
         xent__audit_result_free(r);
-        return xent__fail(XENT_ERR_ALLOC, "audit result: out of memory");
+        return xent_set_error(XENT_ERR_ALLOC, "audit result: out of memory");
     }
     for (size_t i = 0; i < snv * (size_t)ne; i++) {
         r->m[i].rms_abs = r->m[i].ref_scale = r->m[i].rms_rel = NAN;

@@ -2,7 +2,7 @@
  * console and the HTML report. Every number keeps two significant figures:
  * a column gets as many decimals as its smallest non-zero value needs. */
 #include "audit/audit.h"
-#include "xent_internal.h"
+#include "core/xent_math.h"
 
 #include <stdlib.h>
 
@@ -236,6 +236,9 @@ static void print_nonfinite(const xent_audit_result *r, FILE *f) {
 void xent__audit_print_tables(const xent_audit_result *r, FILE *f) {
     xa_table *t = malloc(sizeof *t);
     if (!t) return;
+    if (r->random_weights)
+        fprintf(f, "RANDOM WEIGHTS (--init random): not a trained model; the errors below "
+                "are those of these shapes with random weights\n");
     fprintf(f, "xent audit: %s\ninput: %s; %lld x %lld = %lld tokens run, "
             "%lld targets; %d layers; variants' matrix products on the %s\n",
             r->model, r->input, (long long)r->batch, (long long)r->seq_len,

@@ -1,7 +1,7 @@
 /* src/audit/variants.c: precision variants of `xent audit`.
  * A variant is a name plus key=value overrides of the all-fp32 policy. */
 #include "audit/audit.h"
-#include "xent_internal.h"
+#include "core/xent_math.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -64,7 +64,7 @@ static xent_status set_all(xent_precision *p, xent_dtype t) {
 
 static xent_status bad_value(const char *vname, const char *key,
                              const char *val, const char *accepted) {
-    return xent__fail(XENT_ERR_VALUE,
+    return xent_set_error(XENT_ERR_VALUE,
                       "variant '%s': %s=%s is not accepted (accepted: %s)",
                       vname, key, val, accepted);
 }
@@ -99,7 +99,7 @@ static xent_status apply_kv(const char *vname, const char *kv,
     const char *eq = strchr(kv, '=');
     char key[64];
     if (!eq || eq == kv || (size_t)(eq - kv) >= sizeof key)
-        return xent__fail(XENT_ERR_VALUE,
+        return xent_set_error(XENT_ERR_VALUE,
                           "variant '%s': '%s' is not key=value (keys: %s)",
                           vname, kv, ACCEPTED_KEYS);
     memcpy(key, kv, (size_t)(eq - kv));
@@ -122,7 +122,7 @@ static xent_status apply_kv(const char *vname, const char *kv,
     if (!strcmp(key, "micro_batches"))
         return parse_int_value(vname, key, val, &p->micro_batches);
     if (!strcmp(key, "loss_scale")) return parse_scale(vname, val, &p->loss_scale);
-    return xent__fail(XENT_ERR_VALUE,
+    return xent_set_error(XENT_ERR_VALUE,
                       "variant '%s': unknown key '%s' (accepted keys: %s)",
                       vname, key, ACCEPTED_KEYS);
 }
@@ -150,15 +150,15 @@ void xent__audit_default_variants(xent_audit_variants *out) {
 
 static xent_status check_name(const char *name, size_t len) {
     if (len == 0)
-        return xent__fail(XENT_ERR_VALUE, "variant: empty name (form: "
+        return xent_set_error(XENT_ERR_VALUE, "variant: empty name (form: "
                           "NAME:key=value,key=value)");
     if (len >= XENT_AUDIT_NAME_MAX)
-        return xent__fail(XENT_ERR_VALUE, "variant name '%.*s' is longer than "
+        return xent_set_error(XENT_ERR_VALUE, "variant name '%.*s' is longer than "
                           "%d characters", (int)len, name, XENT_AUDIT_NAME_MAX - 1);
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)name[i];
         if (!isalnum(c) && c != '_' && c != '-' && c != '.' && c != '+')
-            return xent__fail(XENT_ERR_VALUE, "variant name '%.*s': character "
+            return xent_set_error(XENT_ERR_VALUE, "variant name '%.*s': character "
                               "'%c' at %zu (use letters, digits, _ - . +)",
                               (int)len, name, c, i);
     }
@@ -174,7 +174,7 @@ static xent_status apply_list(const char *vname, const char *s,
         size_t len = strcspn(s, ", \t\r\n");
         char kv[256];
         if (len >= sizeof kv)
-            return xent__fail(XENT_ERR_VALUE, "variant '%s': override '%.40s...'"
+            return xent_set_error(XENT_ERR_VALUE, "variant '%s': override '%.40s...'"
                               " is too long", vname, s);
         memcpy(kv, s, len);
         kv[len] = 0;
@@ -186,7 +186,7 @@ static xent_status apply_list(const char *vname, const char *s,
 }
 
 xent_status xent__audit_variant_parse(const char *spec, xent_audit_variant *out) {
-    if (!spec || !out) return xent__fail(XENT_ERR_NULL, "variant spec is NULL");
+    if (!spec || !out) return xent_set_error(XENT_ERR_NULL, "variant spec is NULL");
     while (isspace((unsigned char)*spec)) spec++;
     size_t len = strcspn(spec, ": \t\r\n");
     xent_status st = check_name(spec, len);
@@ -203,7 +203,7 @@ xent_status xent__audit_variant_parse(const char *spec, xent_audit_variant *out)
         xent__audit_default_variants(&d);
         for (int i = 0; i < d.n; i++)
             if (!strcmp(d.v[i].name, v.name)) { *out = d.v[i]; return XENT_OK; }
-        return xent__fail(XENT_ERR_VALUE,
+        return xent_set_error(XENT_ERR_VALUE,
                           "variant '%s' has no overrides and is not a default "
                           "(defaults: fp32, bf16, bf16_fp32head, fp16, "
                           "fp16_fp32head; or NAME:key=value,...)", v.name);
@@ -219,10 +219,10 @@ xent_status xent__audit_variants_add(xent_audit_variants *list,
                                      const xent_audit_variant *v) {
     for (int i = 0; i < list->n; i++)
         if (!strcmp(list->v[i].name, v->name))
-            return xent__fail(XENT_ERR_VALUE, "variant '%s' is given twice",
+            return xent_set_error(XENT_ERR_VALUE, "variant '%s' is given twice",
                               v->name);
     if (list->n >= XENT_AUDIT_MAX_VARIANTS)
-        return xent__fail(XENT_ERR_VALUE, "more than %d variants",
+        return xent_set_error(XENT_ERR_VALUE, "more than %d variants",
                           XENT_AUDIT_MAX_VARIANTS);
     list->v[list->n++] = *v;
     return XENT_OK;
@@ -231,7 +231,7 @@ xent_status xent__audit_variants_add(xent_audit_variants *list,
 xent_status xent__audit_variants_file(const char *path,
                                       xent_audit_variants *list) {
     FILE *f = fopen(path, "r");
-    if (!f) return xent__fail(XENT_ERR_IO, "cannot open variant file '%s': %s",
+    if (!f) return xent_set_error(XENT_ERR_IO, "cannot open variant file '%s': %s",
                               path, strerror(errno));
     char line[1024];
     int lineno = 0;
@@ -240,7 +240,7 @@ xent_status xent__audit_variants_file(const char *path,
         lineno++;
         size_t l = strlen(line);
         if (l == sizeof line - 1 && line[l - 1] != '\n' && !feof(f)) {
-            st = xent__fail(XENT_ERR_FORMAT, "%s:%d: line longer than %zu bytes",
+            st = xent_set_error(XENT_ERR_FORMAT, "%s:%d: line longer than %zu bytes",
                             path, lineno, sizeof line - 2);
             break;
         }
@@ -253,7 +253,7 @@ xent_status xent__audit_variants_file(const char *path,
         if (st) {
             char msg[512];
             snprintf(msg, sizeof msg, "%s", xent_last_error());
-            st = xent__fail(st, "%s:%d: %s", path, lineno, msg);
+            st = xent_set_error(st, "%s:%d: %s", path, lineno, msg);
         }
     }
     fclose(f);
@@ -271,10 +271,10 @@ int xent__audit_is_reference(const xent_precision *p) {
 xent_status xent__audit_find_reference(const xent_audit_variants *list,
                                        int *ref) {
     if (list->n == 0)
-        return xent__fail(XENT_ERR_VALUE, "no variants given");
+        return xent_set_error(XENT_ERR_VALUE, "no variants given");
     for (int i = 0; i < list->n; i++)
         if (xent__audit_is_reference(&list->v[i].p)) { *ref = i; return XENT_OK; }
-    return xent__fail(XENT_ERR_VALUE,
+    return xent_set_error(XENT_ERR_VALUE,
                       "the variant list has no fp32 reference (a variant with "
                       "every dtype fp32, ce=exact, micro_batches=1, loss_scale "
                       "1 or auto): add --variant fp32");

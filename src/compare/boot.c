@@ -93,7 +93,7 @@ void xent__cmp_bootstrap(const xent__cmp_unit *u, int64_t nu, int64_t B,
     double *buf = malloc((size_t)B * 4 * sizeof *buf); /* [4, B] */
     if (!buf) return;
     boot_ctx c = {u, nu, seed, buf, buf + B, buf + 2 * B, buf + 3 * B};
-    xent__parallel_for(B, threads, boot_range, &c);
+    xent_parallel_for(B, threads, boot_range, &c);
     res->ci_mean = interval(c.mean, B);
     res->ci_rms = interval(c.rms, B);
     res->ci_clip_ratio = interval(c.cr, B);

@@ -7,7 +7,7 @@
 #ifndef XENT_COMPARE_H
 #define XENT_COMPARE_H
 
-#include "xent_internal.h"
+#include "core/xent_math.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -26,6 +26,8 @@ typedef struct xent__cmp_series {
     int64_t nseq;
     uint8_t *mask;     /* [nmask] 1 = completion token, or NULL            */
     int64_t nmask;
+    double *ent;       /* [nent] per-token entropy (JSONL "entropy"), or NULL */
+    int64_t nent;
 } xent__cmp_series;
 
 void xent__cmp_series_free(xent__cmp_series *s);
@@ -73,6 +75,11 @@ typedef struct xent__cmp_opts {
     int64_t bootstrap;   /* 1000: resamples (0 = no intervals)            */
     int64_t top;         /* 10: worst tokens listed                       */
     int threads;         /* 0: XENT_NUM_THREADS, else all cores           */
+    /* RL-trainer metrics (metrics.c; docs/compare.md, "RL-trainer metrics") */
+    double tis_cap;      /* 2: TIS truncation w > C (verl, libxent tis_cap) */
+    double mis_cap;      /* 3: MIS masking w > C (TRL's cap)               */
+    double icepop_lo;    /* 0.5: ICEPOP keeps w in [lo, hi] (OpenRLHF)     */
+    double icepop_hi;    /* 5                                              */
 } xent__cmp_opts;
 
 void xent__cmp_opts_default(xent__cmp_opts *o);
@@ -100,6 +107,54 @@ typedef struct xent__cmp_seq {
     double mean, sum;  /* mean and sum of delta over them                   */
 } xent__cmp_seq;
 
+/* RL-trainer metrics of one group of tokens (all used tokens, or one
+ * bucket), with lw = clamp(A - B, +-clamp) the log importance weight
+ * log(pi_A / pi_B) (A = the trainer, B = the sampler) and w = exp(lw). */
+typedef struct xent__cmp_rlm {
+    int64_t n;                     /* tokens                               */
+    double mean, rms, mean_abs;    /* of delta = A - B (unclamped)         */
+    double k1, k2, k3;             /* means of -lw, lw^2/2, e^lw - 1 - lw  */
+    double chi2;                   /* mean(w^2) - 1 = mean(expm1(2 lw))    */
+    double ess;                    /* (sum w)^2 / (n sum w^2)              */
+    double tis, mis, icepop;       /* fractions: w > tis_cap, w > mis_cap,
+                                      w outside [icepop_lo, icepop_hi]     */
+} xent__cmp_rlm;
+
+#define XENT__CMP_NPOS 4           /* completion index 0-63, 64-255,
+                                      256-1023, 1024+                      */
+#define XENT__CMP_NENT 4           /* entropy (nats) < 0.01, < 0.1, < 1, >= 1 */
+#define XENT__CMP_NFREQ 3          /* rare, mid, common (terciles)         */
+extern const int64_t xent__cmp_pos_edges[XENT__CMP_NPOS - 1];
+extern const double xent__cmp_ent_edges[XENT__CMP_NENT - 1];
+
+typedef struct xent__cmp_rl {
+    xent__cmp_rlm tok;             /* token level, every used token        */
+    double ppl_a, ppl_b;           /* exp(mean over tokens of -lp)         */
+    double w_min, w_mean, w_max;   /* token weights                        */
+    double ess_trunc;              /* ESS of w clamped into [1/C, C],
+                                      C = tis_cap (verl's logged ESS)      */
+    int64_t n_clamped;             /* tokens with |delta| > clamp          */
+    /* sequence level (with boundaries; nseq = sequences with tokens):
+     * S_q = clamp(sum of lw over the sequence), G_q = clamp(mean of lw) */
+    int64_t nseq;
+    double ppl_seq_a, ppl_seq_b;   /* mean over sequences of exp(-mean lp) */
+    double log_ppl_diff;           /* mean over sequences of (mean lp_B -
+                                      mean lp_A) (verl)                   */
+    double chi2_seq;               /* mean expm1(2 S_q)                    */
+    double ess_seq;                /* of exp(S_q)                          */
+    double tis_seq, mis_seq, mis_geo; /* fractions of sequences: exp(S_q) >
+                                      tis_cap, > mis_cap, exp(G_q) > mis_cap */
+    /* breakdowns */
+    xent__cmp_rlm pos[XENT__CMP_NPOS];
+    int has_entropy;
+    xent__cmp_rlm ent[XENT__CMP_NENT];
+    int64_t n_ent_missing;         /* used tokens whose entropy is not finite */
+    int has_freq;
+    xent__cmp_rlm freq[XENT__CMP_NFREQ];
+    int64_t freq_cut[2];           /* rare: count <= cut[0]; common: > cut[1] */
+    int64_t n_ids;                 /* distinct token ids among used tokens */
+} xent__cmp_rl;
+
 #define XENT__CMP_NQ 4
 extern const double xent__cmp_qlevels[XENT__CMP_NQ]; /* .5 .9 .99 .999    */
 
@@ -109,8 +164,8 @@ typedef struct xent__cmp_result {
     int64_t n_selected;   /* completion tokens (mask), all without a mask */
     int64_t n_used;       /* selected minus excluded bad tokens           */
     int64_t n_excluded;
-    int has_ref, has_tokens, has_seq, has_mask;
-    xent__cmp_bad bad[3]; /* A, B, R                                      */
+    int has_ref, has_ref_b, has_tokens, has_seq, has_mask;
+    xent__cmp_bad bad[4]; /* A, B, R, R_B                                 */
     /* token statistics of delta = A - B */
     double mean, rms, sum, max_abs;
     xent__cmp_tok max_tok;
@@ -136,6 +191,12 @@ typedef struct xent__cmp_result {
     /* reference */
     double rms_ea, rms_eb, mean_ea, mean_eb, sd_ea, sd_eb;
     double rho, rho0, cross;         /* centred, uncentred; -2 E[eA eB]   */
+    /* delta = floor + (e_A - e_B), floor = R - R_B (0 without --ref-b) */
+    double floor_mean, floor_rms;
+    double rms_eab;                  /* RMS(e_A - e_B)                    */
+    double floor_cross;              /* 2 E[floor (e_A - e_B)]            */
+    /* RL-trainer metrics */
+    xent__cmp_rl rl;
     /* worst tokens */
     xent__cmp_tok *top;              /* [ntop]                            */
     int64_t ntop;
@@ -154,6 +215,8 @@ typedef struct xent__cmp_data {
     const int64_t *offsets;         /* [nseq + 1] or NULL                 */
     int64_t nseq;
     const uint8_t *mask;            /* [n] or NULL (all selected)         */
+    const double *rb;               /* [n] B's own reference, or NULL (= r) */
+    const double *entropy;          /* [n] per-token entropy, or NULL     */
 } xent__cmp_data;
 
 /* Counts bad values of one input among the selected tokens and marks them
@@ -173,6 +236,13 @@ xent_status xent__cmp_compute(const xent__cmp_data *d,
                               const xent__cmp_opts *opts,
                               xent__cmp_result *res);
 
+/* RL-trainer metrics and their breakdowns (metrics.c) into res->rl, over
+ * the used tokens use[n]. */
+xent_status xent__cmp_rl_metrics(const xent__cmp_data *d, const uint8_t *use,
+                                 const xent__cmp_opts *opts, xent__cmp_result *res);
+/* e^x - 1 - x without cancellation (the K3 estimator's term). */
+double xent__cmp_k3(double x);
+
 /* Bootstrap over per-unit sufficient statistics (boot.c). */
 typedef struct xent__cmp_unit {
     double n, s, s2, cr, cl; /* tokens, sum d, sum d^2, clipped (ratio/log) */
@@ -182,13 +252,13 @@ void xent__cmp_bootstrap(const xent__cmp_unit *u, int64_t nu, int64_t B,
 
 /* Outputs. */
 void xent__cmp_print_table(FILE *f, const xent__cmp_result *r,
-                           const xent__cmp_opts *o, const char *const names[3]);
+                           const xent__cmp_opts *o, const char *const names[4]);
 void xent__cmp_print_bad(FILE *f, const xent__cmp_result *r,
-                         const char *const names[3]);
+                         const char *const names[4]);
 void xent__cmp_write_json(FILE *f, const xent__cmp_result *r,
                           const xent__cmp_opts *o);
 void xent__cmp_write_html(FILE *f, const xent__cmp_result *r,
-                          const xent__cmp_opts *o, const char *const names[3]);
+                          const xent__cmp_opts *o, const char *const names[4]);
 
 /* ------------------------------------------------------------------------ */
 /* The whole command                                                         */
@@ -196,16 +266,25 @@ void xent__cmp_write_html(FILE *f, const xent__cmp_result *r,
 
 typedef struct xent__cmp_cfg {
     const char *a, *b, *ref;           /* log-prob sources (ref optional)  */
+    const char *ref_b;                 /* B's own reference (optional)     */
+    const char *entropy;               /* per-token entropy (optional)     */
     const char *tokens_a, *tokens_b;   /* token-id sources (optional)      */
     const char *offsets, *mask;        /* optional                         */
     const char *json, *html;           /* output files ("-" = stdout)      */
     int quiet;                         /* no table on stdout               */
+    int allow_nonfinite;               /* a non-finite statistic is not a
+                                          failure                          */
     FILE *err;                         /* messages (NULL: stderr)          */
     xent__cmp_opts opts;
 } xent__cmp_cfg;
 
+/* The name of the first non-finite headline statistic of r (mean, RMS, sum
+ * and max |delta|, the two clip fractions), or NULL when all are finite. */
+const char *xent__cmp_nonfinite(const xent__cmp_result *r);
+
 /* Loads, checks, computes and writes. Returns 0 on success, 1 on a failed
- * check or I/O error (message on stderr). */
+ * check, an I/O error or (unless allow_nonfinite) a non-finite headline
+ * statistic, after the outputs are written (message on stderr). */
 int xent__cmp_run(const xent__cmp_cfg *cfg);
 
 #endif

@@ -147,6 +147,72 @@ static void row_ci(FILE *f, const char *k, double v, xent__cmp_ci c, int have) {
     fputs("</td></tr>\n", f);
 }
 
+static void bucket_table(FILE *f, const char *title, const char *const *labels,
+                         const xent__cmp_rlm *m, int nb) {
+    fprintf(f, "<h2>%s</h2>\n<table><tr><th>bucket</th><th>n</th><th>mean delta</th>"
+            "<th>RMS delta</th><th>K1</th><th>K3</th><th>chi2</th><th>ESS/n</th><th>TIS</th>"
+            "<th>MIS</th><th>ICEPOP</th></tr>\n", title);
+    for (int k = 0; k < nb; k++) {
+        const xent__cmp_rlm *x = &m[k];
+        fprintf(f, "<tr><td>%s</td><td>%" PRId64 "</td>", labels[k], x->n);
+        const double v[9] = {x->mean, x->rms, x->k1, x->k3, x->chi2, x->ess, x->tis, x->mis,
+                             x->icepop};
+        for (int j = 0; j < 9; j++) {
+            if (isfinite(v[j])) fprintf(f, "<td>%.5g</td>", v[j]);
+            else fputs("<td>&ndash;</td>", f);
+        }
+        fputs("</tr>\n", f);
+    }
+    fputs("</table>\n", f);
+}
+
+static void rl_tables(FILE *f, const xent__cmp_result *r, const xent__cmp_opts *o) {
+    static const char *const pl[XENT__CMP_NPOS] = {"0-63", "64-255", "256-1023", "1024+"};
+    static const char *const el[XENT__CMP_NENT] = {"&lt;0.01", "0.01-0.1", "0.1-1", "&ge;1"};
+    static const char *const fl[XENT__CMP_NFREQ] = {"rare", "mid", "common"};
+    const xent__cmp_rl *rl = &r->rl;
+    char k[128];
+    fputs("<h2>RL-trainer metrics (A = trainer, B = sampler)</h2>\n<table>\n", f);
+    row(f, "perplexity A", "%.7g", rl->ppl_a);
+    row(f, "perplexity B", "%.7g", rl->ppl_b);
+    if (r->has_seq) {
+        row(f, "per-sequence mean perplexity A", "%.7g", rl->ppl_seq_a);
+        row(f, "per-sequence mean perplexity B", "%.7g", rl->ppl_seq_b);
+        row(f, "log-ppl diff (B - A)", "%.6g", rl->log_ppl_diff);
+    }
+    row(f, "KL k1", "%.6g", rl->tok.k1);
+    row(f, "KL k2", "%.6g", rl->tok.k2);
+    row(f, "KL k3", "%.6g", rl->tok.k3);
+    row(f, "chi2 token E[w^2] - 1", "%.6g", rl->tok.chi2);
+    row(f, "ESS/n token", "%.6g", rl->tok.ess);
+    snprintf(k, sizeof k, "ESS/n token, w clamped into [1/%g, %g]", o->tis_cap, o->tis_cap);
+    row(f, k, "%.6g", rl->ess_trunc);
+    row(f, "w min", "%.6g", rl->w_min);
+    row(f, "w mean", "%.6g", rl->w_mean);
+    row(f, "w max", "%.6g", rl->w_max);
+    row(f, "mean |delta|", "%.6g", rl->tok.mean_abs);
+    snprintf(k, sizeof k, "TIS w &gt; %g, tokens", o->tis_cap);
+    row(f, k, "%.6g", rl->tok.tis);
+    snprintf(k, sizeof k, "MIS w &gt; %g, tokens", o->mis_cap);
+    row(f, k, "%.6g", rl->tok.mis);
+    snprintf(k, sizeof k, "ICEPOP w outside [%g, %g], tokens", o->icepop_lo, o->icepop_hi);
+    row(f, k, "%.6g", rl->tok.icepop);
+    if (r->has_seq) {
+        row(f, "chi2 sequence", "%.6g", rl->chi2_seq);
+        row(f, "ESS/n sequence", "%.6g", rl->ess_seq);
+        snprintf(k, sizeof k, "TIS w &gt; %g, sequences", o->tis_cap);
+        row(f, k, "%.6g", rl->tis_seq);
+        snprintf(k, sizeof k, "MIS w &gt; %g, sequences", o->mis_cap);
+        row(f, k, "%.6g", rl->mis_seq);
+        snprintf(k, sizeof k, "MIS geometric mean &gt; %g, sequences", o->mis_cap);
+        row(f, k, "%.6g", rl->mis_geo);
+    }
+    fputs("</table>\n", f);
+    bucket_table(f, "By position in the completion", pl, rl->pos, XENT__CMP_NPOS);
+    if (rl->has_entropy) bucket_table(f, "By entropy (nats)", el, rl->ent, XENT__CMP_NENT);
+    if (rl->has_freq) bucket_table(f, "By token frequency in the dump", fl, rl->freq, XENT__CMP_NFREQ);
+}
+
 static void tables(FILE *f, const xent__cmp_result *r, const xent__cmp_opts *o) {
     int have = r->boot_n > 0;
     fprintf(f, "<p>tokens %" PRId64 ", selected %" PRId64 ", used %" PRId64
@@ -193,15 +259,22 @@ static void tables(FILE *f, const xent__cmp_result *r, const xent__cmp_opts *o) 
     }
     if (r->has_ref) {
         fputs("<h2>Against the reference</h2>\n<table>\n", f);
+        row(f, "mean delta", "%.7g", r->mean);
+        row(f, "RMS delta", "%.7g", r->rms);
+        row(f, r->has_ref_b ? "floor RMS (ref - ref_b)" : "floor RMS (one reference: 0)", "%.7g",
+            r->floor_rms);
+        row(f, "floor mean", "%.7g", r->floor_mean);
+        row(f, "RMS(e_A - e_B)", "%.7g", r->rms_eab);
         row(f, "RMS(e_A)", "%.7g", r->rms_ea);
         row(f, "RMS(e_B)", "%.7g", r->rms_eb);
         row(f, "rho = corr(e_A, e_B)", "%.6f", r->rho);
         row(f, "uncentred rho", "%.6f", r->rho0);
-        row(f, "RMS(delta)^2", "%.7g", r->rms * r->rms);
+        row(f, "RMS(e_A - e_B)^2", "%.7g", r->rms_eab * r->rms_eab);
         row(f, "RMS(e_A)^2 + RMS(e_B)^2", "%.7g", r->rms_ea * r->rms_ea + r->rms_eb * r->rms_eb);
         row(f, "cross term", "%.7g", r->cross);
         fputs("</table>\n", f);
     }
+    rl_tables(f, r, o);
     if (r->ntop) {
         fputs("<h2>Worst tokens</h2>\n<table><tr><th>position</th><th>sequence</th><th>index</th>"
               "<th>token</th><th>A</th><th>B</th><th>delta</th></tr>\n", f);
@@ -220,7 +293,7 @@ static void tables(FILE *f, const xent__cmp_result *r, const xent__cmp_opts *o) 
 }
 
 void xent__cmp_write_html(FILE *f, const xent__cmp_result *r, const xent__cmp_opts *o,
-                          const char *const names[3]) {
+                          const char *const names[4]) {
     fputs("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>xent compare</title>\n"
           "<style>body{font-family:sans-serif;margin:2em;max-width:60em}"
           "table{border-collapse:collapse;margin:0.5em 0}td,th{border:1px solid #ccc;"
@@ -230,6 +303,7 @@ void xent__cmp_write_html(FILE *f, const xent__cmp_result *r, const xent__cmp_op
     fputs("<br>B = ", f);
     esc(f, names[1]);
     if (r->has_ref) { fputs("<br>ref = ", f); esc(f, names[2]); }
+    if (r->has_ref_b) { fputs("<br>ref_b = ", f); esc(f, names[3]); }
     fputs("</p>\n", f);
     tables(f, r, o);
     histogram(f, r);

@@ -3,7 +3,8 @@
  * Accepts RFC 8259 JSON plus the bare tokens NaN, Infinity and -Infinity
  * that Python's json module writes. The input is a sequence of top-level
  * values separated by white space (JSON Lines is the usual case):
- *   {"tokens": [..], "logprobs": [..], "prompt_len": k, ...}   one sequence
+ *   {"tokens": [..], "logprobs": [..], "prompt_len": k, "entropy": [..], ...}
+ *                                     one sequence (entropy: per token, nats)
  *   {"tokens": [[..], [..]], ...}     token ids of several sequences (audit)
  *   [[..], [..]] or [..]              token ids only
  * Every byte is bounds-checked against the buffer's end (the buffer is also
@@ -28,7 +29,7 @@ typedef struct {
 } jcur;
 
 static xent_status jfail(const jcur *c, const char *what) {
-    return xent__fail(XENT_ERR_FORMAT, "%s:%lld:%lld: %s", c->name,
+    return xent_set_error(XENT_ERR_FORMAT, "%s:%lld:%lld: %s", c->name,
                       (long long)c->line, (long long)(c->p - c->line_start + 1), what);
 }
 
@@ -235,7 +236,7 @@ static xent_status vpush(vec *v, const void *x, size_t sz, const char *name) {
     if (v->n == v->cap) {
         int64_t cap = v->cap ? v->cap * 2 : 256;
         void *q = realloc(v->p, (size_t)cap * sz);
-        if (!q) return xent__fail(XENT_ERR_ALLOC, "%s: out of memory", name);
+        if (!q) return xent_set_error(XENT_ERR_ALLOC, "%s: out of memory", name);
         v->p = q;
         v->cap = cap;
     }
@@ -244,9 +245,12 @@ static xent_status vpush(vec *v, const void *x, size_t sz, const char *name) {
     return XENT_OK;
 }
 
-/* An array of log-probs: numbers, or null (read as NaN: a missing value). */
-static xent_status jlogprobs(jcur *c, vec *lp) {
-    if (peek(c) != '[') return jfail(c, "\"logprobs\" must be an array of numbers");
+/* An array of log-probs (or entropies, key = "entropy"): numbers, or null
+ * (read as NaN: a missing value). */
+static xent_status jnumbers(jcur *c, vec *lp, const char *key) {
+    char msg[64];
+    snprintf(msg, sizeof msg, "\"%s\" must be an array of numbers", key);
+    if (peek(c) != '[') return jfail(c, msg);
     c->p++;
     ws(c);
     if (peek(c) == ']') { c->p++; return XENT_OK; }
@@ -262,7 +266,8 @@ static xent_status jlogprobs(jcur *c, vec *lp) {
         int ch = peek(c);
         if (ch == ',') { c->p++; ws(c); continue; }
         if (ch == ']') { c->p++; return XENT_OK; }
-        return jfail(c, "expected ',' or ']' in \"logprobs\"");
+        snprintf(msg, sizeof msg, "expected ',' or ']' in \"%s\"", key);
+        return jfail(c, msg);
     }
 }
 
@@ -319,12 +324,13 @@ static xent_status jids_nested(jcur *c, vec *tok, vec *off) {
 
 typedef struct {
     vec lp, tok, off, plen;  /* double, int64, int64 (ends), int64         */
-    int64_t nobj, nobj_tok, nobj_plen;
+    vec ent;                 /* double                                      */
+    int64_t nobj, nobj_tok, nobj_plen, nobj_ent;
 } jstate;
 
 static xent_status jobject(jcur *c, int need_lp, jstate *st) {
-    int seen_lp = 0, seen_tok = 0, seen_pl = 0;
-    int64_t lp0 = st->lp.n, tok0 = st->tok.n, off0 = st->off.n, plen = 0;
+    int seen_lp = 0, seen_tok = 0, seen_pl = 0, seen_ent = 0;
+    int64_t lp0 = st->lp.n, tok0 = st->tok.n, off0 = st->off.n, ent0 = st->ent.n, plen = 0;
     int64_t line = c->line;
     c->p++;
     ws(c);
@@ -339,7 +345,10 @@ static xent_status jobject(jcur *c, int need_lp, jstate *st) {
         ws(c);
         if (!tr && !strcmp(key, "logprobs") && need_lp) {
             if (seen_lp++) return jfail(c, "duplicate key \"logprobs\"");
-            s = jlogprobs(c, &st->lp);
+            s = jnumbers(c, &st->lp, "logprobs");
+        } else if (!tr && !strcmp(key, "entropy") && need_lp) {
+            if (seen_ent++) return jfail(c, "duplicate key \"entropy\"");
+            s = jnumbers(c, &st->ent, "entropy");
         } else if (!tr && !strcmp(key, "tokens")) {
             if (seen_tok++) return jfail(c, "duplicate key \"tokens\"");
             s = need_lp ? jids(c, &st->tok) : jids_nested(c, &st->tok, &st->off);
@@ -363,27 +372,35 @@ static xent_status jobject(jcur *c, int need_lp, jstate *st) {
     st->nobj++;
     if (!need_lp) {
         if (!seen_tok)
-            return xent__fail(XENT_ERR_FORMAT, "%s:%lld: object has no \"tokens\"",
+            return xent_set_error(XENT_ERR_FORMAT, "%s:%lld: object has no \"tokens\"",
                               c->name, (long long)line);
         (void)off0;
         return XENT_OK;
     }
     if (!seen_lp)
-        return xent__fail(XENT_ERR_FORMAT, "%s:%lld: object has no \"logprobs\"",
+        return xent_set_error(XENT_ERR_FORMAT, "%s:%lld: object has no \"logprobs\"",
                           c->name, (long long)line);
     int64_t len = st->lp.n - lp0;
     if (seen_tok && st->tok.n - tok0 != len)
-        return xent__fail(XENT_ERR_SHAPE,
+        return xent_set_error(XENT_ERR_SHAPE,
                           "%s:%lld: \"tokens\" has %lld entries but \"logprobs\" has %lld",
                           c->name, (long long)line, (long long)(st->tok.n - tok0), (long long)len);
+    if (seen_ent && st->ent.n - ent0 != len)
+        return xent_set_error(XENT_ERR_SHAPE,
+                          "%s:%lld: \"entropy\" has %lld entries but \"logprobs\" has %lld",
+                          c->name, (long long)line, (long long)(st->ent.n - ent0), (long long)len);
+    if ((st->nobj_ent > 0) != seen_ent && st->nobj > 1)
+        return xent_set_error(XENT_ERR_FORMAT, "%s:%lld: \"entropy\" must be on every line or on none",
+                          c->name, (long long)line);
+    st->nobj_ent += seen_ent;
     if (seen_pl && plen > len)
-        return xent__fail(XENT_ERR_VALUE, "%s:%lld: \"prompt_len\" = %lld is above the length %lld",
+        return xent_set_error(XENT_ERR_VALUE, "%s:%lld: \"prompt_len\" = %lld is above the length %lld",
                           c->name, (long long)line, (long long)plen, (long long)len);
     if ((st->nobj_tok > 0) != seen_tok && st->nobj > 1)
-        return xent__fail(XENT_ERR_FORMAT, "%s:%lld: \"tokens\" must be on every line or on none",
+        return xent_set_error(XENT_ERR_FORMAT, "%s:%lld: \"tokens\" must be on every line or on none",
                           c->name, (long long)line);
     if ((st->nobj_plen > 0) != seen_pl && st->nobj > 1)
-        return xent__fail(XENT_ERR_FORMAT, "%s:%lld: \"prompt_len\" must be on every line or on none",
+        return xent_set_error(XENT_ERR_FORMAT, "%s:%lld: \"prompt_len\" must be on every line or on none",
                           c->name, (long long)line);
     st->nobj_tok += seen_tok;
     st->nobj_plen += seen_pl;
@@ -396,6 +413,7 @@ static void jstate_free(jstate *st) {
     free(st->tok.p);
     free(st->off.p);
     free(st->plen.p);
+    free(st->ent.p);
 }
 
 /* Moves the parsed arrays into the series. */
@@ -403,7 +421,7 @@ static xent_status jfinish(const char *name, int need_lp, jstate *st,
                            xent__cmp_series *out) {
     int64_t nseq = st->off.n;
     int64_t *off = malloc((size_t)(nseq + 1) * sizeof *off); /* [nseq + 1] */
-    if (!off) return xent__fail(XENT_ERR_ALLOC, "%s: out of memory", name);
+    if (!off) return xent_set_error(XENT_ERR_ALLOC, "%s: out of memory", name);
     off[0] = 0;
     memcpy(off + 1, st->off.p, (size_t)nseq * sizeof *off);
     out->offsets = off;
@@ -417,9 +435,14 @@ static xent_status jfinish(const char *name, int need_lp, jstate *st,
             out->ntok = st->tok.n;
             st->tok.p = NULL;
         }
+        if (st->nobj_ent) {
+            out->ent = st->ent.p;
+            out->nent = st->ent.n;
+            st->ent.p = NULL;
+        }
         if (st->nobj_plen) {
             uint8_t *m = malloc((size_t)(out->n ? out->n : 1)); /* [n] */
-            if (!m) return xent__fail(XENT_ERR_ALLOC, "%s: out of memory", name);
+            if (!m) return xent_set_error(XENT_ERR_ALLOC, "%s: out of memory", name);
             const int64_t *pl = st->plen.p;
             for (int64_t q = 0; q < nseq; q++)
                 for (int64_t i = off[q]; i < off[q + 1]; i++)
@@ -457,11 +480,11 @@ xent_status xent__cmp_parse_json(const char *name, const char *buf, size_t len,
         }
     }
     if (!s && (need_lp ? st.nobj == 0 : st.off.n == 0))
-        s = xent__fail(XENT_ERR_SHAPE, "%s: no sequences", name);
+        s = xent_set_error(XENT_ERR_SHAPE, "%s: no sequences", name);
     if (!s && need_lp && st.lp.n == 0)
-        s = xent__fail(XENT_ERR_SHAPE, "%s: no log-probs", name);
+        s = xent_set_error(XENT_ERR_SHAPE, "%s: no log-probs", name);
     if (!s && !need_lp && st.tok.n == 0)
-        s = xent__fail(XENT_ERR_SHAPE, "%s: no token ids", name);
+        s = xent_set_error(XENT_ERR_SHAPE, "%s: no token ids", name);
     if (!s) s = jfinish(name, need_lp, &st, out);
     jstate_free(&st);
     if (s) xent__cmp_series_free(out);

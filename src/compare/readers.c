@@ -17,6 +17,7 @@ void xent__cmp_series_free(xent__cmp_series *s) {
     free(s->tokens);
     free(s->offsets);
     free(s->mask);
+    free(s->ent);
     memset(s, 0, sizeof *s);
 }
 
@@ -39,20 +40,27 @@ xent__cmp_fmt xent__cmp_format(const char *spec) {
 }
 
 xent_status xent__cmp_slurp(const char *path, char **buf, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return xent__fail(XENT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    /* a FIFO or a device is refused before it is opened for reading */
+    uint64_t size = 0;
+    FILE *f = xent_file_open(path, &size);
+    if (!f) return XENT_ERR_IO;
+    if (size > (uint64_t)XENT__CMP_MAX_TEXT) {
+        fclose(f);
+        return xent_set_error(XENT_ERR_FORMAT, "%s: %llu bytes, larger than the limit of %zu bytes", path,
+                              (unsigned long long)size, (size_t)XENT__CMP_MAX_TEXT);
+    }
     size_t cap = 1 << 16, n = 0;
     char *p = malloc(cap + 1);
-    if (!p) { fclose(f); return xent__fail(XENT_ERR_ALLOC, "%s: out of memory", path); }
+    if (!p) { fclose(f); return xent_set_error(XENT_ERR_ALLOC, "%s: out of memory", path); }
     for (;;) {
         if (n == cap) {
             if (cap >= XENT__CMP_MAX_TEXT) {
                 free(p); fclose(f);
-                return xent__fail(XENT_ERR_FORMAT, "%s: larger than %zu bytes",
+                return xent_set_error(XENT_ERR_FORMAT, "%s: larger than %zu bytes",
                                   path, (size_t)XENT__CMP_MAX_TEXT);
             }
             char *q = realloc(p, cap * 2 + 1);
-            if (!q) { free(p); fclose(f); return xent__fail(XENT_ERR_ALLOC, "%s: out of memory", path); }
+            if (!q) { free(p); fclose(f); return xent_set_error(XENT_ERR_ALLOC, "%s: out of memory", path); }
             p = q;
             cap *= 2;
         }
@@ -62,7 +70,7 @@ xent_status xent__cmp_slurp(const char *path, char **buf, size_t *len) {
     }
     int err = ferror(f);
     fclose(f);
-    if (err) { free(p); return xent__fail(XENT_ERR_IO, "%s: read error", path); }
+    if (err) { free(p); return xent_set_error(XENT_ERR_IO, "%s: read error", path); }
     p[n] = 0;
     *buf = p;
     *len = n;
@@ -110,7 +118,7 @@ static xent_status push_d(numbuf *nb, const char *name, double x) {
     if (nb->n == nb->cap) {
         int64_t cap = nb->cap ? nb->cap * 2 : 1024;
         double *q = realloc(nb->v, (size_t)cap * sizeof *q);
-        if (!q) return xent__fail(XENT_ERR_ALLOC, "%s: out of memory", name);
+        if (!q) return xent_set_error(XENT_ERR_ALLOC, "%s: out of memory", name);
         nb->v = q;
         nb->cap = cap;
     }
@@ -122,7 +130,7 @@ static xent_status push_i(numbuf *nb, const char *name, int64_t x) {
     if (nb->n == nb->cap) {
         int64_t cap = nb->cap ? nb->cap * 2 : 1024;
         int64_t *q = realloc(nb->iv, (size_t)cap * sizeof *q);
-        if (!q) return xent__fail(XENT_ERR_ALLOC, "%s: out of memory", name);
+        if (!q) return xent_set_error(XENT_ERR_ALLOC, "%s: out of memory", name);
         nb->iv = q;
         nb->cap = cap;
     }
@@ -150,7 +158,7 @@ static xent_status text_line_d(void *ctx, const char *name, int64_t line,
     char tmp[64];
     double x;
     if (field(b, e, tmp, sizeof tmp) < 0 || !parse_real(tmp, &x))
-        return xent__fail(XENT_ERR_FORMAT,
+        return xent_set_error(XENT_ERR_FORMAT,
                           "%s:%lld: expected one number on the line, got '%.*s'",
                           name, (long long)line, (int)(e - b > 40 ? 40 : e - b), b);
     return push_d(ctx, name, x);
@@ -173,7 +181,7 @@ static xent_status text_line_i(void *ctx, const char *name, int64_t line,
     char tmp[64];
     int64_t x;
     if (field(b, e, tmp, sizeof tmp) < 0 || !parse_int(tmp, &x))
-        return xent__fail(XENT_ERR_FORMAT,
+        return xent_set_error(XENT_ERR_FORMAT,
                           "%s:%lld: expected one integer on the line, got '%.*s'",
                           name, (long long)line, (int)(e - b > 40 ? 40 : e - b), b);
     return push_i(ctx, name, x);
@@ -183,7 +191,7 @@ xent_status xent__cmp_parse_text(const char *name, const char *buf, size_t len,
                                  double **v, int64_t *n) {
     numbuf nb = {0};
     xent_status s = each_line(name, buf, len, text_line_d, &nb);
-    if (!s && nb.n == 0) s = xent__fail(XENT_ERR_SHAPE, "%s: no numbers", name);
+    if (!s && nb.n == 0) s = xent_set_error(XENT_ERR_SHAPE, "%s: no numbers", name);
     if (s) { free(nb.v); return s; }
     *v = nb.v;
     *n = nb.n;
@@ -194,7 +202,7 @@ xent_status xent__cmp_parse_text_ints(const char *name, const char *buf,
                                       size_t len, int64_t **v, int64_t *n) {
     numbuf nb = {0};
     xent_status s = each_line(name, buf, len, text_line_i, &nb);
-    if (!s && nb.n == 0) s = xent__fail(XENT_ERR_SHAPE, "%s: no numbers", name);
+    if (!s && nb.n == 0) s = xent_set_error(XENT_ERR_SHAPE, "%s: no numbers", name);
     if (s) { free(nb.iv); return s; }
     *v = nb.iv;
     *n = nb.n;
@@ -216,13 +224,13 @@ static xent_status tensor_doubles(const char *spec, double **v, int64_t *n,
     *rows = t.ndim == 2 ? t.shape[0] : 0;
     if (t.dtype != XENT_F32 && t.dtype != XENT_BF16 && t.dtype != XENT_F16 &&
         t.dtype != XENT_F64) {
-        s = xent__fail(XENT_ERR_DTYPE, "%s: log-probs must be f32, bf16, f16 or f64, not %s",
+        s = xent_set_error(XENT_ERR_DTYPE, "%s: log-probs must be f32, bf16, f16 or f64, not %s",
                        spec, xent_dtype_name(t.dtype));
     } else if (m <= 0) {
-        s = xent__fail(XENT_ERR_SHAPE, "%s: no elements", spec);
+        s = xent_set_error(XENT_ERR_SHAPE, "%s: no elements", spec);
     }
     double *out = s ? NULL : malloc((size_t)m * sizeof *out); /* [m] */
-    if (!s && !out) s = xent__fail(XENT_ERR_ALLOC, "%s: out of memory", spec);
+    if (!s && !out) s = xent_set_error(XENT_ERR_ALLOC, "%s: out of memory", spec);
     if (!s) {
         if (t.dtype == XENT_F64) {
             memcpy(out, t.data, (size_t)m * sizeof *out);
@@ -247,10 +255,10 @@ static xent_status floats_as_ints(const char *spec, int64_t **v, int64_t *n) {
     xent_status s = tensor_doubles(spec, &d, n, &rows);
     if (s) return s;
     int64_t *out = malloc((size_t)*n * sizeof *out); /* [n] */
-    if (!out) s = xent__fail(XENT_ERR_ALLOC, "%s: out of memory", spec);
+    if (!out) s = xent_set_error(XENT_ERR_ALLOC, "%s: out of memory", spec);
     for (int64_t i = 0; !s && i < *n; i++) {
         if (!(fabs(d[i]) < 0x1p53) || d[i] != floor(d[i]))
-            s = xent__fail(XENT_ERR_VALUE, "%s: [%lld] = %g is not an integer", spec,
+            s = xent_set_error(XENT_ERR_VALUE, "%s: [%lld] = %g is not an integer", spec,
                            (long long)i, d[i]);
         else
             out[i] = (int64_t)d[i];
@@ -273,12 +281,12 @@ static xent_status tensor_ints(const char *spec, int64_t **v, int64_t *n) {
         return floats_as_ints(spec, v, n);
     }
     if (t.dtype != XENT_I32 && t.dtype != XENT_I64 && t.dtype != XENT_U8)
-        s = xent__fail(XENT_ERR_DTYPE, "%s: expected an integer tensor (i32, i64, u8), not %s",
+        s = xent_set_error(XENT_ERR_DTYPE, "%s: expected an integer tensor (i32, i64, u8), not %s",
                        spec, xent_dtype_name(t.dtype));
     else if (m <= 0)
-        s = xent__fail(XENT_ERR_SHAPE, "%s: no elements", spec);
+        s = xent_set_error(XENT_ERR_SHAPE, "%s: no elements", spec);
     int64_t *out = s ? NULL : malloc((size_t)m * sizeof *out); /* [m] */
-    if (!s && !out) s = xent__fail(XENT_ERR_ALLOC, "%s: out of memory", spec);
+    if (!s && !out) s = xent_set_error(XENT_ERR_ALLOC, "%s: out of memory", spec);
     if (!s) {
         for (int64_t i = 0; i < m; i++)
             out[i] = t.dtype == XENT_U8 ? ((const uint8_t *)t.data)[i]
@@ -296,7 +304,7 @@ static xent_status tensor_ints(const char *spec, int64_t **v, int64_t *n) {
 static xent_status row_offsets(const char *spec, int64_t rows, xent__cmp_series *out) {
     int64_t T = out->n / rows;
     out->offsets = malloc((size_t)(rows + 1) * sizeof *out->offsets); /* [rows + 1] */
-    if (!out->offsets) return xent__fail(XENT_ERR_ALLOC, "%s: out of memory", spec);
+    if (!out->offsets) return xent_set_error(XENT_ERR_ALLOC, "%s: out of memory", spec);
     for (int64_t q = 0; q <= rows; q++) out->offsets[q] = q * T;
     out->nseq = rows;
     return XENT_OK;
@@ -340,10 +348,10 @@ xent_status xent__cmp_load_ids(const char *spec, xent__cmp_series *out) {
     }
     for (int64_t i = 0; !s && i < out->ntok; i++)
         if (out->tokens[i] < 0)
-            s = xent__fail(XENT_ERR_VALUE, "%s: token id [%lld] = %lld is negative",
+            s = xent_set_error(XENT_ERR_VALUE, "%s: token id [%lld] = %lld is negative",
                            spec, (long long)i, (long long)out->tokens[i]);
     if (!s && !out->tokens)
-        s = xent__fail(XENT_ERR_FORMAT, "%s: holds no token ids", spec);
+        s = xent_set_error(XENT_ERR_FORMAT, "%s: holds no token ids", spec);
     if (s) xent__cmp_series_free(out);
     return s;
 }
@@ -352,7 +360,7 @@ xent_status xent__cmp_load_ints(const char *spec, int64_t **v, int64_t *n) {
     xent__cmp_fmt f = xent__cmp_format(spec);
     if (f == XENT__FMT_TENSOR) return tensor_ints(spec, v, n);
     if (f == XENT__FMT_JSON)
-        return xent__fail(XENT_ERR_FORMAT, "%s: offsets and masks are read from "
+        return xent_set_error(XENT_ERR_FORMAT, "%s: offsets and masks are read from "
                           ".npy, .safetensors or text files", spec);
     char *buf;
     size_t len;

@@ -11,15 +11,27 @@ const double xent__cmp_qlevels[XENT__CMP_NQ] = {0.5, 0.9, 0.99, 0.999};
 #define XENT__CMP_MAX_UNITS 65536
 
 void xent__cmp_opts_default(xent__cmp_opts *o) {
-    o->eps = 0.2;
-    o->eps_high = 0.28;
-    o->clamp = 20.0;
-    o->zero_run = 8;
+    /* the RL losses' defaults (xent_rl_loss_opts_init), so that `xent rl`
+     * and `xent compare` agree on the clip range, the clamp and what a
+     * zero-filled dump is (docs/rl.md, "Defaults") */
+    xent_rl_loss_opts rl;
+    xent_rl_loss_opts_init(&rl);
+    o->eps = rl.eps_low;
+    o->eps_high = rl.eps_high;
+    o->clamp = rl.log_ratio_clamp;
+    o->zero_run = rl.zero_run_limit;
     o->exclude_bad = 0;
     o->seed = 0;
     o->bootstrap = 1000;
     o->top = 10;
     o->threads = 0;
+    /* TIS cap: libxent's tis_cap (2, verl's rollout_is_threshold); MIS cap:
+     * TRL's vllm_importance_sampling_cap (3, its default mode sequence_mask);
+     * ICEPOP band: OpenRLHF's vllm_is_truncated_threshold [0.5, 5]. */
+    o->tis_cap = rl.tis_cap;
+    o->mis_cap = 3.0;
+    o->icepop_lo = 0.5;
+    o->icepop_hi = 5.0;
 }
 
 void xent__cmp_result_free(xent__cmp_result *r) {
@@ -241,17 +253,21 @@ static void pass_range(const xent__cmp_data *d, const uint8_t *use, int64_t b,
     }
 }
 
-/* Reference errors: e_A = A - R, e_B = B - R (two passes: means, then
+/* Reference errors: e_A = A - R, e_B = B - R_B (R_B = R without --ref-b),
+ * floor f = R - R_B, so delta = f + (e_A - e_B) (two passes: means, then
  * centred second moments). */
 static void ref_stats(const xent__cmp_data *d, const uint8_t *use,
                       xent__cmp_result *r) {
-    double sa = 0, sb = 0, saa = 0, sbb = 0, sab = 0;
+    const double *rb = d->rb ? d->rb : d->r;
+    double sa = 0, sb = 0, saa = 0, sbb = 0, sab = 0, sf = 0, sff = 0, sfe = 0, see = 0;
     double n = (double)r->n_used;
     for (int64_t i = 0; i < d->n; i++) {
         if (!use[i]) continue;
-        double ea = d->a[i] - d->r[i], eb = d->b[i] - d->r[i];
+        double ea = d->a[i] - d->r[i], eb = d->b[i] - rb[i];
+        double f = d->rb ? d->r[i] - rb[i] : 0.0, e = ea - eb;
         sa += ea; sb += eb;
         saa += ea * ea; sbb += eb * eb; sab += ea * eb;
+        sf += f; sff += f * f; sfe += f * e; see += e * e;
     }
     r->mean_ea = sa / n;
     r->mean_eb = sb / n;
@@ -259,10 +275,14 @@ static void ref_stats(const xent__cmp_data *d, const uint8_t *use,
     r->rms_eb = sqrt(sbb / n);
     r->cross = -2.0 * sab / n;
     r->rho0 = (r->rms_ea > 0 && r->rms_eb > 0) ? (sab / n) / (r->rms_ea * r->rms_eb) : NAN;
+    r->floor_mean = sf / n;
+    r->floor_rms = sqrt(sff / n);
+    r->floor_cross = 2.0 * sfe / n;
+    r->rms_eab = sqrt(see / n);
     double caa = 0, cbb = 0, cab = 0;
     for (int64_t i = 0; i < d->n; i++) {
         if (!use[i]) continue;
-        double ea = d->a[i] - d->r[i] - r->mean_ea, eb = d->b[i] - d->r[i] - r->mean_eb;
+        double ea = d->a[i] - d->r[i] - r->mean_ea, eb = d->b[i] - rb[i] - r->mean_eb;
         caa += ea * ea; cbb += eb * eb; cab += ea * eb;
     }
     r->sd_ea = sqrt(caa / n);
@@ -274,13 +294,13 @@ static void ref_stats(const xent__cmp_data *d, const uint8_t *use,
 static xent_status top_sequences(const xent__cmp_unit *u, int64_t nseq, int64_t k,
                                  xent__cmp_result *r) {
     hent *h = malloc((size_t)(k > 0 ? k : 1) * sizeof *h); /* [k] */
-    if (!h) return xent__fail(XENT_ERR_ALLOC, "compare: out of memory");
+    if (!h) return xent_set_error(XENT_ERR_ALLOC, "compare: out of memory");
     int64_t nh = 0;
     for (int64_t q = 0; q < nseq && k > 0; q++)
         if (u[q].n > 0) heap_push(h, &nh, k, (hent){fabs(u[q].s / u[q].n), q});
     qsort(h, (size_t)nh, sizeof *h, cmp_hent);
     r->topseq = malloc((size_t)(nh > 0 ? nh : 1) * sizeof *r->topseq); /* [nh] */
-    if (!r->topseq) { free(h); return xent__fail(XENT_ERR_ALLOC, "compare: out of memory"); }
+    if (!r->topseq) { free(h); return xent_set_error(XENT_ERR_ALLOC, "compare: out of memory"); }
     for (int64_t i = 0; i < nh; i++) {
         const xent__cmp_unit *x = &u[h[i].pos];
         r->topseq[i] = (xent__cmp_seq){h[i].pos, (int64_t)x->n, x->s / x->n, x->s};
@@ -329,7 +349,7 @@ static xent_status seq_stats(const xent__cmp_unit *u, int64_t nseq, double clamp
     if (nl <= 0) return XENT_OK;
     r->clamp_idx = malloc((size_t)nl * sizeof *r->clamp_idx);
     r->clamp_sum = malloc((size_t)nl * sizeof *r->clamp_sum);
-    if (!r->clamp_idx || !r->clamp_sum) return xent__fail(XENT_ERR_ALLOC, "compare: out of memory");
+    if (!r->clamp_idx || !r->clamp_sum) return xent_set_error(XENT_ERR_ALLOC, "compare: out of memory");
     for (int64_t q = 0; q < nseq && r->n_clamp_list < nl; q++) {
         if (u[q].n == 0 || fabs(u[q].s) < 0.9 * clamp) continue;
         r->clamp_idx[r->n_clamp_list] = q;
@@ -354,43 +374,50 @@ static int64_t group_units(xent__cmp_unit *u, int64_t n, int64_t g) {
 
 xent_status xent__cmp_check_opts(const xent__cmp_opts *o) {
     if (!(o->eps > 0 && o->eps < 1))
-        return xent__fail(XENT_ERR_VALUE, "--eps = %g is outside (0, 1)", o->eps);
+        return xent_set_error(XENT_ERR_VALUE, "--eps = %g is outside (0, 1)", o->eps);
     if (!(o->eps_high > 0) || isinf(o->eps_high))
-        return xent__fail(XENT_ERR_VALUE, "--eps-high = %g must be > 0", o->eps_high);
+        return xent_set_error(XENT_ERR_VALUE, "--eps-high = %g must be > 0", o->eps_high);
     if (!(o->clamp > 0) || isinf(o->clamp))
-        return xent__fail(XENT_ERR_VALUE, "--clamp = %g must be > 0", o->clamp);
+        return xent_set_error(XENT_ERR_VALUE, "--clamp = %g must be > 0", o->clamp);
     if (o->zero_run < 1)
-        return xent__fail(XENT_ERR_VALUE, "--zero-run = %lld must be >= 1", (long long)o->zero_run);
+        return xent_set_error(XENT_ERR_VALUE, "--zero-run = %lld must be >= 1", (long long)o->zero_run);
     if (o->bootstrap < 0 || o->bootstrap > 1000000)
-        return xent__fail(XENT_ERR_VALUE, "--bootstrap = %lld is outside [0, 1000000]",
+        return xent_set_error(XENT_ERR_VALUE, "--bootstrap = %lld is outside [0, 1000000]",
                           (long long)o->bootstrap);
     if (o->top < 0 || o->top > 100000)
-        return xent__fail(XENT_ERR_VALUE, "--top = %lld is outside [0, 100000]", (long long)o->top);
+        return xent_set_error(XENT_ERR_VALUE, "--top = %lld is outside [0, 100000]", (long long)o->top);
+    if (!(o->tis_cap > 0) || isinf(o->tis_cap))
+        return xent_set_error(XENT_ERR_VALUE, "--tis-cap = %g must be > 0", o->tis_cap);
+    if (!(o->mis_cap > 0) || isinf(o->mis_cap))
+        return xent_set_error(XENT_ERR_VALUE, "--mis-cap = %g must be > 0", o->mis_cap);
+    if (!(o->icepop_lo > 0) || !(o->icepop_hi > o->icepop_lo) || isinf(o->icepop_hi))
+        return xent_set_error(XENT_ERR_VALUE, "--icepop-lo = %g, --icepop-hi = %g: need "
+                              "0 < lo < hi < inf", o->icepop_lo, o->icepop_hi);
     return XENT_OK;
 }
 
 static xent_status validate(const xent__cmp_data *d, const xent__cmp_opts *o) {
-    if (!d || !o || !d->a || !d->b) return xent__fail(XENT_ERR_NULL, "compare: missing input");
-    if (d->n <= 0) return xent__fail(XENT_ERR_SHAPE, "compare: no tokens");
+    if (!d || !o || !d->a || !d->b) return xent_set_error(XENT_ERR_NULL, "compare: missing input");
+    if (d->n <= 0) return xent_set_error(XENT_ERR_SHAPE, "compare: no tokens");
     xent_status s = xent__cmp_check_opts(o);
     if (s) return s;
     if (d->offsets) {
         if (d->nseq < 1 || d->offsets[0] != 0)
-            return xent__fail(XENT_ERR_VALUE, "offsets[0] = %lld must be 0",
+            return xent_set_error(XENT_ERR_VALUE, "offsets[0] = %lld must be 0",
                               (long long)(d->nseq < 1 ? -1 : d->offsets[0]));
         for (int64_t q = 0; q < d->nseq; q++)
             if (d->offsets[q + 1] < d->offsets[q])
-                return xent__fail(XENT_ERR_VALUE, "offsets[%lld] = %lld is below offsets[%lld] = %lld",
+                return xent_set_error(XENT_ERR_VALUE, "offsets[%lld] = %lld is below offsets[%lld] = %lld",
                                   (long long)(q + 1), (long long)d->offsets[q + 1],
                                   (long long)q, (long long)d->offsets[q]);
         if (d->offsets[d->nseq] != d->n)
-            return xent__fail(XENT_ERR_SHAPE, "offsets[%lld] = %lld must equal the token count %lld",
+            return xent_set_error(XENT_ERR_SHAPE, "offsets[%lld] = %lld must equal the token count %lld",
                               (long long)d->nseq, (long long)d->offsets[d->nseq], (long long)d->n);
     }
     if (d->mask)
         for (int64_t i = 0; i < d->n; i++)
             if (d->mask[i] > 1)
-                return xent__fail(XENT_ERR_VALUE, "mask[%lld] = %d is not 0 or 1",
+                return xent_set_error(XENT_ERR_VALUE, "mask[%lld] = %d is not 0 or 1",
                                   (long long)i, d->mask[i]);
     return XENT_OK;
 }
@@ -399,10 +426,10 @@ static xent_status validate(const xent__cmp_data *d, const xent__cmp_opts *o) {
 static xent_status select_tokens(const xent__cmp_data *d, const xent__cmp_opts *o,
                                  xent__cmp_result *r, uint8_t **use_out) {
     uint8_t *use = calloc((size_t)d->n, 1); /* [n] 1 = bad, then 1 = used */
-    if (!use) return xent__fail(XENT_ERR_ALLOC, "compare: out of memory");
-    const double *v[3] = {d->a, d->b, d->r};
+    if (!use) return xent_set_error(XENT_ERR_ALLOC, "compare: out of memory");
+    const double *v[4] = {d->a, d->b, d->r, d->r ? d->rb : NULL};
     int64_t nbad = 0;
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 4; k++) {
         if (!v[k]) continue;
         xent__cmp_scan_bad(v[k], d->n, d->mask, o->zero_run, &r->bad[k], use);
         nbad += bad_total(&r->bad[k]);
@@ -419,10 +446,10 @@ static xent_status select_tokens(const xent__cmp_data *d, const xent__cmp_opts *
     r->n_excluded = sel - used;
     *use_out = use;
     if (nbad && !o->exclude_bad)
-        return xent__fail(XENT_ERR_VALUE, "bad log-probs (positive, NaN, infinite or "
+        return xent_set_error(XENT_ERR_VALUE, "bad log-probs (positive, NaN, infinite or "
                           "zero runs) in %lld tokens", (long long)r->n_excluded);
-    if (sel == 0) return xent__fail(XENT_ERR_SHAPE, "compare: the mask selects no tokens");
-    if (used == 0) return xent__fail(XENT_ERR_VALUE, "compare: every selected token is bad");
+    if (sel == 0) return xent_set_error(XENT_ERR_SHAPE, "compare: the mask selects no tokens");
+    if (used == 0) return xent_set_error(XENT_ERR_VALUE, "compare: every selected token is bad");
     return XENT_OK;
 }
 
@@ -441,7 +468,7 @@ static void boot_units(const xent__cmp_data *d, const xent__cmp_opts *o,
         r->boot_by_seq = 1;
     }
     r->boot_units = nu;
-    xent__cmp_bootstrap(u, nu, o->bootstrap, o->seed, xent__threads(o->threads), r);
+    xent__cmp_bootstrap(u, nu, o->bootstrap, o->seed, xent_num_threads(o->threads), r);
 }
 
 /* One pass over the used tokens. Units ([nu]): one per sequence with
@@ -459,7 +486,7 @@ static xent_status main_pass(const xent__cmp_data *d, const uint8_t *use,
     p->heap = malloc((size_t)(p->k > 0 ? p->k : 1) * sizeof *p->heap); /* [k] */
     *units = calloc((size_t)(*nu > 0 ? *nu : 1), sizeof **units); /* [nu] */
     if (!p->absd || !p->heap || !*units)
-        return xent__fail(XENT_ERR_ALLOC, "compare: out of memory");
+        return xent_set_error(XENT_ERR_ALLOC, "compare: out of memory");
     for (int64_t q = 0; q < *nu; q++) {
         int64_t b = d->offsets ? d->offsets[q] : q * bs;
         int64_t e = d->offsets ? d->offsets[q + 1] : (b + bs < d->n ? b + bs : d->n);
@@ -481,7 +508,7 @@ static xent_status main_pass(const xent__cmp_data *d, const uint8_t *use,
 static xent_status top_list(const xent__cmp_data *d, pass_t *p, xent__cmp_result *r) {
     qsort(p->heap, (size_t)p->nh, sizeof *p->heap, cmp_hent);
     r->top = calloc((size_t)(p->nh > 0 ? p->nh : 1), sizeof *r->top); /* [ntop] */
-    if (!r->top) return xent__fail(XENT_ERR_ALLOC, "compare: out of memory");
+    if (!r->top) return xent_set_error(XENT_ERR_ALLOC, "compare: out of memory");
     for (int64_t i = 0; i < p->nh; i++) describe(d, p->heap[i].pos, &r->top[i]);
     r->ntop = p->nh;
     return XENT_OK;
@@ -494,6 +521,7 @@ xent_status xent__cmp_compute(const xent__cmp_data *d, const xent__cmp_opts *o,
     if (s) return s;
     r->n = d->n;
     r->has_ref = d->r != NULL;
+    r->has_ref_b = d->r != NULL && d->rb != NULL;
     r->has_tokens = d->tokens != NULL;
     r->has_seq = d->offsets != NULL;
     r->has_mask = d->mask != NULL;
@@ -518,6 +546,7 @@ xent_status xent__cmp_compute(const xent__cmp_data *d, const xent__cmp_opts *o,
     free(p.absd);
     p.absd = NULL;
     if (!s && d->r) ref_stats(d, use, r);
+    if (!s) s = xent__cmp_rl_metrics(d, use, o, r);
     if (!s && d->offsets) s = seq_stats(units, d->nseq, o->clamp, o->top, r);
     if (!s) boot_units(d, o, units, nu, r);
     free(units);

@@ -4,7 +4,10 @@
  * double from the exactly converted inputs, the loss of a confident row is
  * computed as softplus(lse_{j!=t} - z'_t) and its target gradient as
  * expm1(-nll), so nothing cancels, and each output is rounded once, at the
- * store. All outputs are faithfully rounded (within 1 ulp).
+ * store. All outputs are faithfully rounded (within 1 ulp), for every finite
+ * input up to the largest finite value of its format: rows whose |z'|
+ * exceeds 2^11 form every difference relative to the row's max
+ * (docs/numerics.md, "Huge logits").
  *
  * Per row (one thread owns a row; rows never interact, so results are
  * bitwise independent of T, the row's position and the thread count):
@@ -13,57 +16,105 @@
  *   combine d = (M - z'_t) + log S; nll = softplus(d); lse = z'_t + nll
  *   pass 3  gradient (when asked), one read and one store per element
  * A vocabulary shard runs passes 1-2 on its columns; xent_ce_combine merges
- * the shards' partials; the unsharded call is the case S = 1. */
-#include "xent_internal.h"
+ * the shards' partials; the unsharded call is the case S = 1.
+ *
+ * The hot loops (passes 1-3 without a softcap, and the stores) go through a
+ * table of functions per instruction set (src/cpu/ce_kern.h), chosen once
+ * from cpuid and forceable with xent_cpu_set_isa(); all give the same bits. */
+#include "cpu/ce_kern.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 
-#define BLOCK 1024      /* columns converted to fp32 at a time (4 KiB)      */
-#define ROW_BLOCK 16    /* rows per unit of work (and of the loss sum)      */
+#define BLOCK XENT__BLOCK /* columns converted at a time                    */
+#define ROW_BLOCK 16      /* rows per unit of work (and of the loss sum)      */
+/* Rows whose shift M or target z'_t exceed this in magnitude use the forms
+ * of docs/numerics.md "Huge logits"; below it the historical forms (whose
+ * bits the golden test records) are within the bound. */
+#define BIG 2048.0
+
+typedef xent__sums8 sums8;
+#define exp_kernel xent__exp_kernel
 
 /* ------------------------------------------------------------------------ */
-/* exp on the kernel's domain                                                */
+/* Instruction-set dispatch                                                  */
 /* ------------------------------------------------------------------------ */
 
-/* exp(x) for x <= 709 as the kernel needs it: every argument is z' - M or
- * z' - lse, at most a rounding error above 0. x = (16 m + j) ln2/16 + r with
- * |r| <= ln2/32: exp(x) = 2^m 2^(j/16) p(r), p the degree-5 Taylor
- * polynomial. Relative error below 2^-42 (docs/numerics.md, "exp"); results
- * below e^-708 (~3e-308) are returned as 0: they are far below what a float
- * output or a sum >= 1 can hold. NaN propagates. Branch-free, so that the
- * loops using it vectorise; the AVX-512 exp8 does the same operations. */
-static const double exp_tab[16] = {
-    0x1.0000000000000p+0, 0x1.0b5586cf9890fp+0, 0x1.172b83c7d517bp+0, 0x1.2387a6e756238p+0,
-    0x1.306fe0a31b715p+0, 0x1.3dea64c123422p+0, 0x1.4bfdad5362a27p+0, 0x1.5ab07dd485429p+0,
-    0x1.6a09e667f3bcdp+0, 0x1.7a11473eb0187p+0, 0x1.8ace5422aa0dbp+0, 0x1.9c49182a3f090p+0,
-    0x1.ae89f995ad3adp+0, 0x1.c199bdd85529cp+0, 0x1.d5818dcfba487p+0, 0x1.ea4afa2a490dap+0};
-
-static inline double exp_kernel(double x) {
-    const double inv = 0x1.71547652b82fep+4;    /* 16 / ln 2           */
-    const double c_hi = 0x1.62e42fefa39efp-5;   /* ln 2 / 16, rounded  */
-    const double c_lo = 0x1.abc9e3b39803fp-60;  /* its remainder       */
-    const double shift = 0x1.8p52; /* adding it rounds to an integer */
-    double xc = x < -708.0 ? -708.0 : x;
-    double kd = fma(xc, inv, shift);
-    uint64_t ki;
-    memcpy(&ki, &kd, 8);
-    kd -= shift; /* k = nearest integer to 16 x / ln 2, -16343 <= k <= 16 */
-    double r = fma(-kd, c_hi, xc);
-    r = fma(-kd, c_lo, r); /* |r| <= ln2/32 = 0.02166 */
-    /* truncation < 0.02166^6 / 6! < 2^-42 */
-    double p = 1.0 / 120.0;
-    p = fma(p, r, 1.0 / 24.0);
-    p = fma(p, r, 1.0 / 6.0);
-    p = fma(p, r, 0.5);
-    p = fma(p, r, 1.0);
-    p = fma(p, r, 1.0);
-    int64_t k = (int64_t)(ki - 0x4338000000000000ull);
-    uint64_t sb = (uint64_t)((k >> 4) + 1023) << 52; /* 2^m, m = floor(k/16) */
-    double sc;
-    memcpy(&sc, &sb, 8);
-    double y = p * exp_tab[k & 15] * sc;
-    return x < -708.0 ? 0.0 : y;
+static const xent__cpu_kern *kern_of(xent_isa isa) {
+    switch (isa) {
+    case XENT_ISA_BASELINE: return &xent__kern_base;
+#ifdef XENT__HAVE_X86_PATHS
+    case XENT_ISA_AVX2: return &xent__kern_avx2;
+    case XENT_ISA_AVX512: return &xent__kern_avx512;
+#endif
+    default: return NULL;
+    }
 }
+
+int xent_cpu_isa_supported(xent_isa isa) {
+    switch (isa) {
+    case XENT_ISA_AUTO:
+    case XENT_ISA_BASELINE: return 1;
+#ifdef XENT__HAVE_X86_PATHS
+    case XENT_ISA_AVX2:
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+               __builtin_cpu_supports("bmi2");
+    case XENT_ISA_AVX512:
+        __builtin_cpu_init();
+        return xent_cpu_isa_supported(XENT_ISA_AVX2) && __builtin_cpu_supports("avx512f") &&
+               __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
+               __builtin_cpu_supports("avx512bw");
+#endif
+    default: return 0;
+    }
+}
+
+const char *xent_isa_name(xent_isa isa) {
+    switch (isa) {
+    case XENT_ISA_AUTO: return "auto";
+    case XENT_ISA_BASELINE: return "baseline";
+    case XENT_ISA_AVX2: return "avx2";
+    case XENT_ISA_AVX512: return "avx512";
+    default: return "invalid";
+    }
+}
+
+static xent_isa best_isa(void) {
+#ifdef XENT_NO_SIMD /* the sanitizer build: the generic loops by default */
+    return XENT_ISA_BASELINE;
+#endif
+    if (xent_cpu_isa_supported(XENT_ISA_AVX512)) return XENT_ISA_AVX512;
+    if (xent_cpu_isa_supported(XENT_ISA_AVX2)) return XENT_ISA_AVX2;
+    return XENT_ISA_BASELINE;
+}
+
+/* 0: not chosen yet; else the xent_isa in use */
+static _Atomic int g_isa;
+
+xent_isa xent_cpu_isa(void) {
+    int v = atomic_load_explicit(&g_isa, memory_order_acquire);
+    if (v == 0) {
+        int want = (int)best_isa(), zero = 0;
+        atomic_compare_exchange_strong(&g_isa, &zero, want);
+        v = atomic_load(&g_isa);
+    }
+    return (xent_isa)v;
+}
+
+xent_status xent_cpu_set_isa(xent_isa isa) {
+    if (isa == XENT_ISA_AUTO) isa = best_isa();
+    if (!kern_of(isa))
+        return xent_set_error(XENT_ERR_UNSUPPORTED, "CPU path %s (%d) is not built for this architecture",
+                              xent_isa_name(isa), (int)isa);
+    if (!xent_cpu_isa_supported(isa))
+        return xent_set_error(XENT_ERR_UNSUPPORTED, "this CPU lacks the instructions of the %s path",
+                              xent_isa_name(isa));
+    atomic_store(&g_isa, (int)isa);
+    return XENT_OK;
+}
+
+const xent__cpu_kern *xent__cpu_kern_get(void) { return kern_of(xent_cpu_isa()); }
 
 /* ------------------------------------------------------------------------ */
 /* The logit transform z' = cap(z) / tau, and its derivative                 */
@@ -125,64 +176,9 @@ static void load_block(const void *row, xent_dtype dt, int64_t j0, int64_t n,
  * its last bit set when inexact. Rounding this to a narrower format (bf16,
  * fp16: at least two bits fewer) to nearest gives the correctly rounded
  * narrow value of g: no double rounding. */
-static inline uint32_t f32_bits_round_odd(double g) {
-    float f = (float)g;
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    double back = (double)f;
-    uint32_t inexact = back != g;
-    uint32_t away = inexact & (fabs(back) > fabs(g));
-    u -= away;
-    u |= inexact;
-    return u;
-}
-
-/* NaN needs no special case: its quiet bit survives (it is inexact, so the
- * last bit is set and the rounding add cannot clear the mantissa). */
-static inline uint16_t store_bf16(double g) {
-    uint32_t u = f32_bits_round_odd(g);
-    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-}
-
-#if defined(__FLT16_MAX__) && (defined(__x86_64__) || defined(__aarch64__))
-/* The compiler's _Float16 conversion rounds to nearest even (hardware
- * vcvtps2ph on x86 with F16C/AVX512-FP16), NaN and subnormals included. */
-static inline uint16_t store_f16(double g) {
-    uint32_t u = f32_bits_round_odd(g);
-    float f;
-    memcpy(&f, &u, 4);
-    _Float16 h = (_Float16)f;
-    uint16_t b;
-    memcpy(&b, &h, 2);
-    return b;
-}
-#else
-static inline uint16_t store_f16(double g) {
-    if (g != g) return 0x7E00u;
-    uint32_t u = f32_bits_round_odd(g);
-    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
-    u &= 0x7FFFFFFFu;
-    if (u >= 0x477FF000u) return sign | 0x7C00u; /* >= 65520: inf */
-    if (u < 0x38800000u) {                       /* below 2^-14: subnormal */
-        float a, half = 0.5f;
-        memcpy(&a, &u, 4);
-        float s = a + half; /* rounds a to a multiple of 2^-24, RNE */
-        uint32_t su, hu;
-        memcpy(&su, &s, 4);
-        memcpy(&hu, &half, 4);
-        return sign | (uint16_t)(su - hu);
-    }
-    u += 0xC8000FFFu + ((u >> 13) & 1u); /* rebias 127 -> 15, round */
-    return sign | (uint16_t)(u >> 13);
-}
-#endif
-
 /* ------------------------------------------------------------------------ */
 /* Passes 1 and 2 over one row (or one shard of it)                          */
 /* ------------------------------------------------------------------------ */
-
-
-typedef struct { double s[8], sx[8], z[8], n[8]; } sums8;
 
 typedef struct {
     double g;     /* row scale: upstream gradient (0: write zeros)          */
@@ -194,233 +190,18 @@ typedef struct {
     double s;     /* exp(M - lse): p_j = exp(z'_j - M) s                     */
 } grad_row_params;
 
-/* ------------------------------------------------------------------------ */
-/* AVX-512 versions of the hot loops                                         */
-/* ------------------------------------------------------------------------ */
-/* Each does, lane for lane, exactly the operations of the generic code
- * above (same fma, same rounding, same lane assignment of the sums), so the
- * results are bitwise those of the generic build; tests/test_ce.c checks the
- * generic helpers against these on random rows. Only the transform without a
- * softcap is vectorised by hand; the softcap path uses the generic code. */
-#if defined(__AVX512F__) && defined(__AVX512DQ__) && defined(__AVX512VL__) && \
-    defined(__AVX512BW__) && !defined(XENT_NO_SIMD)
-#include <immintrin.h>
-#define XENT_SIMD 1
-
-static inline __m512d exp8(__m512d x) {
-    const __m512d shift = _mm512_set1_pd(0x1.8p52);
-    const __m512d tlo = _mm512_loadu_pd(exp_tab), thi = _mm512_loadu_pd(exp_tab + 8);
-    __mmask8 low = _mm512_cmp_pd_mask(x, _mm512_set1_pd(-708.0), _CMP_LT_OQ);
-    __m512d xc = _mm512_mask_mov_pd(x, low, _mm512_set1_pd(-708.0));
-    __m512d kd = _mm512_fmadd_pd(xc, _mm512_set1_pd(0x1.71547652b82fep+4), shift);
-    __m512i k = _mm512_sub_epi64(_mm512_castpd_si512(kd), _mm512_castpd_si512(shift));
-    kd = _mm512_sub_pd(kd, shift);
-    __m512d r = _mm512_fnmadd_pd(kd, _mm512_set1_pd(0x1.62e42fefa39efp-5), xc);
-    r = _mm512_fnmadd_pd(kd, _mm512_set1_pd(0x1.abc9e3b39803fp-60), r);
-    __m512d p = _mm512_set1_pd(1.0 / 120.0);
-    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 24.0));
-    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0 / 6.0));
-    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(0.5));
-    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0));
-    p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(1.0));
-    __m512d t = _mm512_permutex2var_pd(tlo, k, thi); /* exp_tab[k & 15] */
-    __m512i sb = _mm512_slli_epi64(_mm512_add_epi64(_mm512_srai_epi64(k, 4),
-                                                    _mm512_set1_epi64(1023)), 52);
-    __m512d y = _mm512_mul_pd(_mm512_mul_pd(p, t), _mm512_castsi512_pd(sb));
-    return _mm512_mask_mov_pd(y, low, _mm512_setzero_pd());
-}
-
-static inline __mmask16 tail16(int64_t n) { return (__mmask16)((1u << n) - 1u); }
-static inline __mmask8 tail8(int64_t n) { return (__mmask8)((1u << n) - 1u); }
-
-/* 16 elements i.. of a row as fp32 (exact); lanes outside k get `fill` */
-static inline __attribute__((always_inline)) __m512
-load16f(const void *src, xent_dtype dt, int64_t i, __mmask16 k, float fill) {
-    __m512 f = _mm512_set1_ps(fill);
-    if (dt == XENT_F32) return _mm512_mask_loadu_ps(f, k, (const float *)src + i);
-    __m256i h = _mm256_maskz_loadu_epi16(k, (const uint16_t *)src + i);
-    __m512 v = dt == XENT_BF16
-                   ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))
-                   : _mm512_cvtph_ps(h);
-    return _mm512_mask_mov_ps(f, k, v);
-}
-
-/* 8 elements i.. as fp64 (exact); lanes outside k are 0 */
-static inline __attribute__((always_inline)) __m512d
-load8d(const void *src, xent_dtype dt, int64_t i, __mmask8 k) {
-    if (dt == XENT_F32) return _mm512_cvtps_pd(_mm256_maskz_loadu_ps(k, (const float *)src + i));
-    __m128i h = _mm_maskz_loadu_epi16(k, (const uint16_t *)src + i);
-    __m256 v = dt == XENT_BF16
-                   ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
-                   : _mm256_cvtph_ps(h);
-    return _mm512_cvtps_pd(v);
-}
-
-static void max_range_simd(const void *src, xent_dtype dt, int64_t a, int64_t b,
-                           float *m, float *bad) {
-    __m512 mm = _mm512_set1_ps(-INFINITY), bb = _mm512_setzero_ps();
-    int64_t i = a;
-    for (; i + 16 <= b; i += 16) {
-        __m512 v = load16f(src, dt, i, (__mmask16)0xFFFF, 0.0f);
-        mm = _mm512_max_ps(mm, v);
-        bb = _mm512_add_ps(bb, _mm512_sub_ps(v, v));
-    }
-    if (i < b) {
-        __mmask16 k = tail16(b - i);
-        __m512 v = load16f(src, dt, i, k, -INFINITY);
-        __m512 vz = load16f(src, dt, i, k, 0.0f);
-        mm = _mm512_max_ps(mm, v);
-        bb = _mm512_add_ps(bb, _mm512_sub_ps(vz, vz));
-    }
-    float m1 = _mm512_reduce_max_ps(mm), b1 = _mm512_reduce_add_ps(bb);
-    *m = m1 > *m ? m1 : *m;
-    *bad += b1;
-}
-
-/* lanes of sums8 as vectors */
-static void sum_range_simd(const void *src, xent_dtype dt, int64_t a, int64_t b,
-                           double inv_tau, double M, sums8 *acc, double *eo) {
-    __m512d s = _mm512_loadu_pd(acc->s), sx = _mm512_loadu_pd(acc->sx);
-    __m512d zs = _mm512_loadu_pd(acc->z), nn = _mm512_loadu_pd(acc->n);
-    const __m512d Mv = _mm512_set1_pd(M), it = _mm512_set1_pd(inv_tau);
-    const __m512d one = _mm512_set1_pd(1.0), zero = _mm512_setzero_pd();
-    int64_t i = a;
-    /* two vectors an iteration (independent exps, the same lane order) */
-    for (; i + 16 <= b; i += 16) {
-        __m512d z0 = load8d(src, dt, i, 0xFF), z1 = load8d(src, dt, i + 8, 0xFF);
-        __m512d zp0 = _mm512_mul_pd(z0, it), zp1 = _mm512_mul_pd(z1, it);
-        __m512d d0 = _mm512_sub_pd(zp0, Mv), d1 = _mm512_sub_pd(zp1, Mv);
-        __m512d e0 = exp8(d0), e1 = exp8(d1);
-        if (eo) {
-            _mm512_storeu_pd(eo + i, e0);
-            _mm512_storeu_pd(eo + i + 8, e1);
-        }
-        __mmask8 t0 = _mm512_cmp_pd_mask(d0, zero, _CMP_EQ_OQ);
-        __mmask8 t1 = _mm512_cmp_pd_mask(d1, zero, _CMP_EQ_OQ);
-        s = _mm512_mask_add_pd(s, (__mmask8)~t0, s, e0);
-        nn = _mm512_mask_add_pd(nn, t0, nn, one);
-        sx = _mm512_add_pd(sx, _mm512_mul_pd(e0, d0));
-        zs = _mm512_add_pd(zs, zp0);
-        s = _mm512_mask_add_pd(s, (__mmask8)~t1, s, e1);
-        nn = _mm512_mask_add_pd(nn, t1, nn, one);
-        sx = _mm512_add_pd(sx, _mm512_mul_pd(e1, d1));
-        zs = _mm512_add_pd(zs, zp1);
-    }
-    for (; i < b; i += 8) {
-        __mmask8 k = b - i >= 8 ? (__mmask8)0xFF : tail8(b - i);
-        __m512d z = load8d(src, dt, i, k);
-        __m512d zp = _mm512_mul_pd(z, it);
-        __m512d d = _mm512_sub_pd(zp, Mv);
-        __m512d e = exp8(d);
-        if (eo) _mm512_mask_storeu_pd(eo + i, k, e);
-        __mmask8 top = _mm512_cmp_pd_mask(d, zero, _CMP_EQ_OQ);
-        s = _mm512_mask_add_pd(s, k & (__mmask8)~top, s, e);
-        nn = _mm512_mask_add_pd(nn, k & top, nn, one);
-        sx = _mm512_mask_add_pd(sx, k, sx, _mm512_mul_pd(e, d));
-        zs = _mm512_mask_add_pd(zs, k, zs, zp);
-    }
-    _mm512_storeu_pd(acc->s, s);
-    _mm512_storeu_pd(acc->sx, sx);
-    _mm512_storeu_pd(acc->z, zs);
-    _mm512_storeu_pd(acc->n, nn);
-}
-
-/* e[i] = exp(z_i / tau - M), as pass 2 computes it */
-static void exp_block_simd(const void *src, xent_dtype dt, int64_t n, double inv_tau,
-                           double M, double *e) {
-    const __m512d it = _mm512_set1_pd(inv_tau), Mv = _mm512_set1_pd(M);
-    for (int64_t i = 0; i < n; i += 8) {
-        __mmask8 k = n - i >= 8 ? (__mmask8)0xFF : tail8(n - i);
-        __m512d z = load8d(src, dt, i, k);
-        _mm512_mask_storeu_pd(e + i, k, exp8(_mm512_sub_pd(_mm512_mul_pd(z, it), Mv)));
-    }
-}
-
-/* val[i] = (g c) (a (e_i s) - b) */
-static void grad_vals_simd(const double *e, int64_t n, double gc,
-                           const grad_row_params *gp, double *val) {
-    const __m512d gcv = _mm512_set1_pd(gc), sv = _mm512_set1_pd(gp->s);
-    const __m512d av = _mm512_set1_pd(gp->a), bv = _mm512_set1_pd(gp->b);
-    for (int64_t i = 0; i < n; i += 8) {
-        __mmask8 k = n - i >= 8 ? (__mmask8)0xFF : tail8(n - i);
-        __m512d p = _mm512_mul_pd(_mm512_maskz_loadu_pd(k, e + i), sv);
-        __m512d v = _mm512_mul_pd(gcv, _mm512_sub_pd(_mm512_mul_pd(av, p), bv));
-        _mm512_mask_storeu_pd(val + i, k, v);
-    }
-}
-
-/* f32 bits of v rounded to odd (see f32_bits_round_odd) */
-static inline __m256i round_odd8(__m512d v) {
-    __m256 f = _mm512_cvtpd_ps(v);
-    __m512d back = _mm512_cvtps_pd(f);
-    __mmask8 inexact = _mm512_cmp_pd_mask(back, v, _CMP_NEQ_UQ);
-    __mmask8 away = inexact & _mm512_cmp_pd_mask(_mm512_abs_pd(back), _mm512_abs_pd(v), _CMP_GT_OQ);
-    __m256i u = _mm256_castps_si256(f);
-    const __m256i one = _mm256_set1_epi32(1);
-    u = _mm256_mask_sub_epi32(u, away, u, one);
-    return _mm256_mask_or_epi32(u, inexact, u, one);
-}
-
-static void store_bf16_simd(uint16_t *o, const double *v, int64_t n) {
-    for (int64_t i = 0; i < n; i += 8) {
-        __mmask8 k = n - i >= 8 ? (__mmask8)0xFF : tail8(n - i);
-        __m256i u = round_odd8(_mm512_maskz_loadu_pd(k, v + i));
-        __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
-        u = _mm256_add_epi32(u, _mm256_add_epi32(_mm256_set1_epi32(0x7FFF), lsb));
-        u = _mm256_srli_epi32(u, 16);
-        _mm_mask_storeu_epi16(o + i, k, _mm256_cvtepi32_epi16(u));
-    }
-}
-
-static void store_f16_simd(uint16_t *o, const double *v, int64_t n) {
-    for (int64_t i = 0; i < n; i += 8) {
-        __mmask8 k = n - i >= 8 ? (__mmask8)0xFF : tail8(n - i);
-        __m256i u = round_odd8(_mm512_maskz_loadu_pd(k, v + i));
-        __m128i h = _mm256_cvtps_ph(_mm256_castsi256_ps(u), _MM_FROUND_TO_NEAREST_INT);
-        _mm_mask_storeu_epi16(o + i, k, h);
-    }
-}
-#endif
-
-/* Pass 1 on buf[a, b): raw max; *bad becomes NaN on a NaN/inf element.
- * Sixteen lanes so that the loop vectorises without reassociation. */
-static inline void max_range(const float *buf, int64_t a, int64_t b,
-                             float *m, float *bad) {
-    float mm[16], bb[16];
-    for (int k = 0; k < 16; k++) { mm[k] = -INFINITY; bb[k] = 0.0f; }
-    int64_t i = a;
-    for (; i + 16 <= b; i += 16)
-        for (int k = 0; k < 16; k++) {
-            float v = buf[i + k];
-            mm[k] = v > mm[k] ? v : mm[k];
-            bb[k] += v - v;
-        }
-    float m1 = *m, b1 = *bad;
-    for (; i < b; i++) {
-        m1 = buf[i] > m1 ? buf[i] : m1;
-        b1 += buf[i] - buf[i];
-    }
-    for (int k = 0; k < 16; k++) {
-        m1 = mm[k] > m1 ? mm[k] : m1;
-        b1 += bb[k];
-    }
-    *m = m1;
-    *bad = b1;
-}
-
-/* Pass 2 on buf[a, b): lane sums of e = exp(z' - M) over the columns below
- * the max, the count of columns at the max (e = 1 exactly), e (z' - M) and
- * z'. Keeping the max's 1 apart gives S - 1 without cancellation, and so
- * log S = log1p(S - 1) to full relative accuracy when S is close to 1.
- * Eight lanes, always combined in the same order. */
-
-static inline __attribute__((always_inline)) void sum_range(const float *buf, int64_t a, int64_t b,
-                             const xform *x, int has_cap, double M,
-                             sums8 *acc, double *eo) {
+/* Pass 2 with a softcap on buf[a, b) (generic code only): lane sums of
+ * e = exp(z' - M) over the columns below the max, the count of columns at
+ * the max (e = 1 exactly), e (z' - M) and z'. Keeping the max's 1 apart
+ * gives S - 1 without cancellation, and so log S = log1p(S - 1) to full
+ * relative accuracy when S is close to 1. Eight lanes, always combined in
+ * the same order (the lanes of ce_kern.h's sum_range). */
+static void sum_range_cap(const float *buf, int64_t a, int64_t b, const xform *x,
+                          double M, sums8 *acc, double *eo) {
     int64_t i = a;
     for (; i + 8 <= b; i += 8) {
         for (int k = 0; k < 8; k++) {
-            double zp = xform_apply(x, (double)buf[i + k], has_cap);
+            double zp = xform_apply(x, (double)buf[i + k], 1);
             double d = zp - M;
             double e = exp_kernel(d);
             if (eo) eo[i + k] = e;
@@ -432,7 +213,7 @@ static inline __attribute__((always_inline)) void sum_range(const float *buf, in
         }
     }
     for (int k = 0; i < b; i++, k++) {
-        double zp = xform_apply(x, (double)buf[i], has_cap);
+        double zp = xform_apply(x, (double)buf[i], 1);
         double d = zp - M;
         double e = exp_kernel(d);
         if (eo) eo[i] = e;
@@ -444,36 +225,34 @@ static inline __attribute__((always_inline)) void sum_range(const float *buf, in
     }
 }
 
-/* Pass 2 over the whole row; has_cap is a constant at each call site so
- * the transform is specialised away. */
-static inline __attribute__((always_inline)) void
-sum_row(const void *row, xent_dtype dt, int64_t V, int64_t tl, const xform *x,
-        int has_cap, double M, sums8 *acc, double *ebuf /* [V] or NULL */) {
+/* Pass 2 over the whole row, in blocks of BLOCK columns (the lanes restart
+ * at each block and around the target). */
+static void sum_row(const xent__cpu_kern *K, const void *row, xent_dtype dt, int64_t V,
+                    int64_t tl, const xform *x, const xent__shift *sh, int need, sums8 *acc,
+                    double *ebuf /* [V] or NULL */, float *ebuf_f /* [V] or NULL */) {
     float buf[BLOCK];
     size_t esz = xent_dtype_size(dt);
     for (int64_t j0 = 0; j0 < V; j0 += BLOCK) {
         int64_t n = V - j0 < BLOCK ? V - j0 : BLOCK;
         int64_t t = tl - j0;
         double *eo = ebuf ? ebuf + j0 : NULL;
-#ifdef XENT_SIMD
-        if (!has_cap) { /* straight from the row, same lanes as below */
+        if (!x->has_cap) {
             const void *src = (const char *)row + (size_t)j0 * esz;
+            float *ef = ebuf_f ? ebuf_f + j0 : NULL;
             if (t >= 0 && t < n) {
-                sum_range_simd(src, dt, 0, t, x->inv_tau, M, acc, eo);
-                sum_range_simd(src, dt, t + 1, n, x->inv_tau, M, acc, eo);
+                K->sum_range(src, dt, 0, t, sh, need, acc, eo, ef);
+                K->sum_range(src, dt, t + 1, n, sh, need, acc, eo, ef);
             } else {
-                sum_range_simd(src, dt, 0, n, x->inv_tau, M, acc, eo);
+                K->sum_range(src, dt, 0, n, sh, need, acc, eo, ef);
             }
             continue;
         }
-#endif
-        (void)esz;
         load_block(row, dt, j0, n, buf);
         if (t >= 0 && t < n) {
-            sum_range(buf, 0, t, x, has_cap, M, acc, eo);
-            sum_range(buf, t + 1, n, x, has_cap, M, acc, eo);
+            sum_range_cap(buf, 0, t, x, sh->M, acc, eo);
+            sum_range_cap(buf, t + 1, n, x, sh->M, acc, eo);
         } else {
-            sum_range(buf, 0, n, x, has_cap, M, acc, eo);
+            sum_range_cap(buf, 0, n, x, sh->M, acc, eo);
         }
     }
 }
@@ -482,44 +261,26 @@ static double lanes_total(const double *v) {
     return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
 }
 
-/* Partial statistics of one row over columns [0, V) of `row`; tl is the
- * target's local column or -1 when this shard does not own it. */
 /* Pass 1 over the row: max of the raw non-target logits, the NaN/inf flag
  * (any column, the target included) and the target's raw value. */
-static void row_max(const void *row, xent_dtype dt, int64_t V, int64_t tl,
-                    float *m_out, float *bad_out, double *target_out) {
-    float buf[BLOCK];
+static void row_max(const xent__cpu_kern *K, const void *row, xent_dtype dt, int64_t V,
+                    int64_t tl, float *m_out, float *bad_out, double *target_out) {
     float m = -INFINITY, bad = 0.0f;
     double target = 0;
-#ifdef XENT_SIMD
-    (void)buf;
     if (tl >= 0) {
         float v = xent__load(row, dt, tl);
         target = v;
         bad += v - v;
     }
     if (tl < 0) {
-        max_range_simd(row, dt, 0, V, &m, &bad);
+        K->max_range(row, dt, 0, V, &m, &bad);
     } else {
-        max_range_simd(row, dt, 0, tl, &m, &bad);
-        max_range_simd(row, dt, tl + 1, V, &m, &bad);
+        K->max_range(row, dt, 0, tl, &m, &bad);
+        K->max_range(row, dt, tl + 1, V, &m, &bad);
     }
-#else
-    for (int64_t j0 = 0; j0 < V; j0 += BLOCK) {
-        int64_t n = V - j0 < BLOCK ? V - j0 : BLOCK;
-        load_block(row, dt, j0, n, buf);
-        int64_t t = tl - j0;
-        if (t >= 0 && t < n) {
-            target = buf[t];
-            bad += buf[t] - buf[t];
-            max_range(buf, 0, t, &m, &bad);
-            max_range(buf, t + 1, n, &m, &bad);
-        } else {
-            max_range(buf, 0, n, &m, &bad);
-        }
-    }
-#endif
-    *m_out = m;
+    /* the sign of a zero max depends on the order of the comparisons:
+     * make it +0 on every path */
+    *m_out = m == 0.0f ? 0.0f : m;
     *bad_out = bad;
     *target_out = target;
 }
@@ -529,30 +290,50 @@ static inline double shift_of(const xform *x, float m) {
     return m == -INFINITY ? 0.0 : xform_apply(x, m, x->has_cap);
 }
 
+/* The per-element argument of exp for a row whose raw max is m: relative
+ * to m when the row is huge (|M| > BIG) and has no softcap. */
+static inline xent__shift shift_make(const xform *x, float m) {
+    xent__shift sh;
+    sh.inv_tau = x->inv_tau;
+    sh.M = shift_of(x, m);
+    sh.m = m;
+    sh.rel = !x->has_cap && m != -INFINITY && !(fabs(sh.M) <= BIG);
+    return sh;
+}
+
 /* Passes 1 and 2: the row's partial statistics. ebuf [V] (or NULL)
  * receives exp(z'_j - M) of every non-target column (0 at the target) when
- * the row is finite, for the gradient pass to reuse. */
-static void row_partial(const void *row, xent_dtype dt, int64_t V, int64_t tl,
-                        const xform *x, xent_ce_partial *p, double *ebuf) {
+ * the row is finite, for the gradient pass to reuse. *zrel (if not NULL)
+ * receives sum_{j != t} (z'_j - M) formed without cancellation when the row
+ * is huge (sh.rel), else NaN; the public zsum is the raw sum of z'. */
+static void row_partial(const xent__cpu_kern *K, const void *row, xent_dtype dt, int64_t V,
+                        int64_t tl, const xform *x, int need, xent_ce_partial *p, double *ebuf,
+                        float *ebuf_f, double *zrel) {
     float m, bad;
     double target;
-    row_max(row, dt, V, tl, &m, &bad, &target);
-    int has_cap = x->has_cap;
-    double M = shift_of(x, m);
+    row_max(K, row, dt, V, tl, &m, &bad, &target);
+    xent__shift sh = shift_make(x, m);
     sums8 acc;
     memset(&acc, 0, sizeof acc);
     double zt = 0;
     if (ebuf && tl >= 0) ebuf[tl] = 0;
-    if (m != -INFINITY && bad == 0.0f) {
-        if (has_cap) sum_row(row, dt, V, tl, x, 1, M, &acc, ebuf);
-        else sum_row(row, dt, V, tl, x, 0, M, &acc, ebuf);
-    }
-    if (tl >= 0) zt = xform_apply(x, target, has_cap);
+    if (ebuf_f && tl >= 0) ebuf_f[tl] = 0;
+    if (m != -INFINITY && bad == 0.0f) sum_row(K, row, dt, V, tl, x, &sh, need, &acc, ebuf, ebuf_f);
+    if (tl >= 0) zt = xform_apply(x, target, x->has_cap);
     p->max = m;
     /* S - 1: at least one column sits at the max when it is finite */
     p->sum = m == -INFINITY ? 0.0 : lanes_total(acc.s) + (lanes_total(acc.n) - 1.0);
     p->sumx = lanes_total(acc.sx);
-    p->zsum = lanes_total(acc.z) + zt;
+    double zl = lanes_total(acc.z);
+    if (!sh.rel) {
+        p->zsum = zl + zt;
+        if (zrel) *zrel = NAN;
+    } else {
+        /* the public field is the raw sum: add the shift back */
+        double cols = bad == 0.0f ? (double)(V - (tl >= 0)) : 0.0;
+        p->zsum = (zl + cols * sh.M) + zt;
+        if (zrel) *zrel = zl;
+    }
     p->target = target;
     p->flags = (tl >= 0 ? 1 : 0) | (bad != 0.0f ? 2 : 0);
 }
@@ -563,6 +344,8 @@ static void row_partial(const void *row, xent_dtype dt, int64_t V, int64_t tl,
 
 typedef struct {
     double lse, nll, entropy, loss;
+    double L;  /* lse - M >= 0, formed from non-negative terms              */
+    int big;   /* huge row: the gradient's scale is exp(-L), not exp(M-lse) */
     int nonfinite;
 } row_result;
 
@@ -570,12 +353,22 @@ static inline double softplus(double d) {
     return d > 0 ? d + log1p(exp(-d)) : log1p(exp(d));
 }
 
-/* parts[k * stride] for k in [0, S): the same row in each shard. */
+/* Whether a counted row (shift M, target z'_t) or an ignored row (zt
+ * unused) takes the huge-row forms. The backward from saved statistics
+ * decides with the same test. */
+static inline int row_is_big(double M, int counted_owner, double zt) {
+    if (M == -INFINITY) return 0;
+    return !(fabs(M) <= BIG) || (counted_owner && !(fabs(zt) <= BIG));
+}
+
+/* parts[k * stride] for k in [0, S): the same row in each shard. zrel: the
+ * unsharded call's relative sum (row_partial), NaN or ignored otherwise. */
 static row_result combine_row(const xent_ce_partial *parts, int S,
                               int64_t stride, int counted, const xform *x,
-                              double vocab_total, double eps, double kz) {
-    row_result r = {0, 0, 0, 0, 0};
-    double M = -INFINITY, target = 0;
+                              double vocab_total, double eps, double kz, double zrel) {
+    row_result r;
+    memset(&r, 0, sizeof r);
+    double M = -INFINITY, Mraw = -INFINITY, target = 0;
     int owners = 0;
     for (int k = 0; k < S; k++) {
         const xent_ce_partial *p = &parts[k * stride];
@@ -583,14 +376,16 @@ static row_result combine_row(const xent_ce_partial *parts, int S,
         if (p->flags & 1) { target = p->target; owners++; }
         if (p->max != -INFINITY) {
             double mk = xform_apply(x, p->max, x->has_cap);
-            M = mk > M ? mk : M;
+            if (mk > M || (mk == M && p->max > Mraw)) { M = mk; Mraw = p->max; }
         }
     }
     if (r.nonfinite) { /* an ignored row still contributes no loss */
-        r.lse = r.entropy = NAN;
+        r.lse = r.entropy = r.L = NAN;
         r.nll = r.loss = counted ? NAN : 0.0;
         return r;
     }
+    /* huge rows without a softcap: differences of z' from the raw values */
+    int rel = !x->has_cap && M != -INFINITY && !(fabs(M) <= BIG);
     /* Sm1 = S - 1, S = sum_{j != t} exp(z'_j - M): the shard(s) at M bring
      * their own S_k - 1, the others w_k S_k, all terms >= 0. */
     double top = 0, rest = 0, SX = 0, Z = 0;
@@ -599,7 +394,8 @@ static row_result combine_row(const xent_ce_partial *parts, int S,
         const xent_ce_partial *p = &parts[k * stride];
         Z += p->zsum;
         if (p->max == -INFINITY) continue;
-        double off = xform_apply(x, p->max, x->has_cap) - M; /* <= 0 */
+        double off = rel ? (p->max - Mraw) * x->inv_tau
+                         : xform_apply(x, p->max, x->has_cap) - M; /* <= 0 */
         double w = exp(off);
         if (off == 0 && !have_top) { top = p->sum; have_top = 1; }
         else rest += w * (p->sum + 1.0);
@@ -614,21 +410,29 @@ static row_result combine_row(const xent_ce_partial *parts, int S,
     if (counted && owners) {
         double zt = xform_apply(x, target, x->has_cap);
         double logS = Ssum > 0 ? log1p(Sm1) : -INFINITY;
-        double d = (M - zt) + logS; /* lse_{j!=t} - z'_t */
+        double dm = rel ? (Mraw - target) * x->inv_tau : M - zt;
+        double d = dm + logS; /* lse_{j!=t} - z'_t */
         r.nll = softplus(d);
-        r.lse = zt + r.nll;
         L = logS + softplus(-d);
+        r.big = row_is_big(M, 1, zt);
+        /* lse = z'_t + nll = M + L: the first cancels when z'_t << M */
+        r.lse = (!r.big || d <= 0) ? zt + r.nll : M + L;
         double nontarget_h = Ssum > 0 ? exp(-L) * (L * Ssum - SX) : 0.0;
         r.entropy = nontarget_h + exp(-r.nll) * r.nll;
-        r.loss = (1.0 - eps) * r.nll + eps * (r.lse - Z / vocab_total) +
-                 kz * r.lse * r.lse;
+        /* lse - mean z' = (sum_j (lse - z'_j)) / V; in a huge row, from
+         * L = lse - M, z'_t - M = -dm and the relative sum zrel */
+        double lz = (r.big && zrel == zrel) ? (L + dm / vocab_total) - zrel / vocab_total
+                                            : r.lse - Z / vocab_total;
+        r.loss = (1.0 - eps) * r.nll + eps * lz + kz * r.lse * r.lse;
     } else {
         L = log1p(Sm1);
         r.lse = M + L;
         r.nll = 0;
         r.entropy = L - SX / Ssum;
         r.loss = 0;
+        r.big = row_is_big(M, 0, 0);
     }
+    r.L = L;
     return r;
 }
 
@@ -636,89 +440,86 @@ static row_result combine_row(const xent_ce_partial *parts, int S,
 /* Pass 3: the gradient of one row (or shard)                                */
 /* ------------------------------------------------------------------------ */
 
-
-
-static inline void store_range(void *grow, xent_dtype gt, int64_t j0,
-                               const double *v, int64_t n) {
-    if (gt == XENT_F32) {
-        float *o = (float *)grow + j0;
-        for (int64_t i = 0; i < n; i++) o[i] = (float)v[i];
-    } else if (gt == XENT_BF16) {
-        uint16_t *o = (uint16_t *)grow + j0;
-#ifdef XENT_SIMD
-        store_bf16_simd(o, v, n);
-#else
-        for (int64_t i = 0; i < n; i++) o[i] = store_bf16(v[i]);
-#endif
-    } else {
-        uint16_t *o = (uint16_t *)grow + j0;
-#ifdef XENT_SIMD
-        store_f16_simd(o, v, n);
-#else
-        for (int64_t i = 0; i < n; i++) o[i] = store_f16(v[i]);
-#endif
-    }
+/* The scale c of the fp32 gradient path (docs/numerics.md, "The fp32
+ * gradient path"), or 0 when the row takes the fp64 path: the path needs a
+ * narrow gradient (bf16/fp16), no softcap (c_j constant), no label
+ * smoothing (nothing cancels) and 2^-126 <= |c| <= 1 with
+ * c = g/tau ((1 + 2k lse) s), so that fp32 products stay normal or lose
+ * at most 2^-150 absolutely. */
+static float grad_f32_scale(const xform *x, const grad_row_params *gp, xent_dtype gt) {
+    if (gt == XENT_F32 || x->has_cap || gp->b != 0.0) return 0.0f;
+    double c = (gp->g * x->inv_tau) * (gp->a * gp->s);
+    return fabs(c) >= 0x1p-126 && fabs(c) <= 1.0 ? (float)c : 0.0f;
 }
 
-static inline __attribute__((always_inline)) void
-grad_row_impl(const void *row, xent_dtype dt, int64_t V, int64_t tl,
-              const xform *x, int has_cap, const grad_row_params *gp,
-              const double *ebuf, void *grow, xent_dtype gt) {
-    float buf[BLOCK];
+/* Whether the forward should keep pass 2's exponentials as floats (the
+ * fp32 gradient path) rather than doubles. */
+static int grad_keeps_f32(const xform *x, double eps, xent_dtype gt) {
+    return gt != XENT_F32 && !x->has_cap && eps == 0.0;
+}
+
+static void grad_row(const xent__cpu_kern *K, const void *row, xent_dtype dt, int64_t V,
+                     int64_t tl, const xform *x, const grad_row_params *gp,
+                     const xent__shift *sh, const double *ebuf, const float *ebuf_f,
+                     void *grow, xent_dtype gt) {
+    float buf[BLOCK], efb[BLOCK];
     double val[BLOCK], eblk[BLOCK];
+    size_t esz = xent_dtype_size(dt), gsz = xent_dtype_size(gt);
+    float c32 = gp->g == 0 ? 0.0f : grad_f32_scale(x, gp, gt);
     for (int64_t j0 = 0; j0 < V; j0 += BLOCK) {
         int64_t n = V - j0 < BLOCK ? V - j0 : BLOCK;
         int64_t t = tl - j0;
+        void *gout = (char *)grow + (size_t)j0 * gsz;
         if (gp->g == 0) {
             memset(val, 0, (size_t)n * sizeof(double));
-            store_range(grow, gt, j0, val, n);
+            K->store(gout, gt, val, n);
             continue;
         }
         /* e_j = exp(z'_j - M): from pass 2's buffer, or computed the same
          * way (backward from saved statistics); p_j = e_j s. */
-        const double *e = ebuf ? ebuf + j0 : eblk;
-#ifdef XENT_SIMD
-        int simd = !has_cap;
-#else
-        int simd = 0;
-#endif
-        if (has_cap || (!ebuf && !simd) || (t >= 0 && t < n)) load_block(row, dt, j0, n, buf);
-        if (!ebuf) {
-#ifdef XENT_SIMD
-            if (simd) exp_block_simd((const char *)row + (size_t)j0 * xent_dtype_size(dt), dt, n,
-                                     x->inv_tau, gp->M, eblk);
-            else
-#endif
-            for (int64_t i = 0; i < n; i++)
-                eblk[i] = exp_kernel(xform_apply(x, buf[i], has_cap) - gp->M);
+        const void *src = (const char *)row + (size_t)j0 * esz;
+        if (x->has_cap) {
+            const double *e = ebuf ? ebuf + j0 : eblk;
+            load_block(row, dt, j0, n, buf);
+            if (!ebuf)
+                for (int64_t i = 0; i < n; i++)
+                    eblk[i] = exp_kernel(xform_apply(x, buf[i], 1) - gp->M);
+            for (int64_t i = 0; i < n; i++) {
+                double c = xform_slope(x, buf[i], 1);
+                val[i] = gp->g * c * (gp->a * (e[i] * gp->s) - gp->b);
+            }
+            if (t >= 0 && t < n)
+                val[t] = gp->g * xform_slope(x, xent__load(row, dt, tl), 1) * gp->tgrad;
+            K->store(gout, gt, val, n);
+            continue;
         }
-#ifdef XENT_SIMD
-        if (!has_cap) grad_vals_simd(e, n, gp->g * x->inv_tau, gp, val);
-        else
-#endif
-        for (int64_t i = 0; i < n; i++) {
-            double c = has_cap ? xform_slope(x, buf[i], 1) : x->inv_tau;
-            val[i] = gp->g * c * (gp->a * (e[i] * gp->s) - gp->b);
+        if (c32 != 0.0f) {
+            const float *ef = ebuf_f ? ebuf_f + j0 : efb;
+            if (!ebuf_f) {
+                K->exp_block(src, dt, n, sh, eblk);
+                for (int64_t i = 0; i < n; i++) efb[i] = (float)eblk[i];
+            }
+            K->grad_f32(ef, n, c32, gout, gt);
+        } else {
+            const double *e = ebuf ? ebuf + j0 : eblk;
+            if (!ebuf) K->exp_block(src, dt, n, sh, eblk);
+            K->grad_store(e, n, gp->g * x->inv_tau, gp->s, gp->a, gp->b, gout, gt);
         }
-        if (t >= 0 && t < n)
-            val[t] = gp->g * xform_slope(x, buf[t], has_cap) * gp->tgrad;
-        store_range(grow, gt, j0, val, n);
+        if (t >= 0 && t < n) {
+            double vt = gp->g * x->inv_tau * gp->tgrad;
+            K->store((char *)gout + (size_t)t * gsz, gt, &vt, 1);
+        }
     }
 }
 
-static void grad_row(const void *row, xent_dtype dt, int64_t V, int64_t tl,
-                     const xform *x, const grad_row_params *gp,
-                     const double *ebuf, void *grow, xent_dtype gt) {
-    if (x->has_cap) grad_row_impl(row, dt, V, tl, x, 1, gp, ebuf, grow, gt);
-    else grad_row_impl(row, dt, V, tl, x, 0, gp, ebuf, grow, gt);
-}
-
+/* s = exp(M - lse) (normal rows) or exp(-L) (huge rows: M - lse would lose
+ * everything to the rounding of lse) */
 static grad_row_params grad_params(const xent_ce_stats *st, int counted,
                                    double g, double kz, double eps,
-                                   double vocab_total, double M) {
+                                   double vocab_total, double M, double s) {
     grad_row_params gp;
     gp.M = M;
-    gp.s = exp(M - st->lse);
+    gp.s = s;
     gp.g = counted ? g : 0.0;
     gp.lse = st->lse;
     gp.a = 1.0 + 2.0 * kz * st->lse;
@@ -758,28 +559,28 @@ static int is_float_dtype(xent_dtype t) {
 
 xent_status xent__ce_check_opts(const xent_ce_opts *o, int64_t V) {
     if (!(isfinite(o->temperature) && o->temperature > 0))
-        return xent__fail(XENT_ERR_VALUE, "opts.temperature = %g must be finite and > 0", o->temperature);
+        return xent_set_error(XENT_ERR_VALUE, "opts.temperature = %g must be finite and > 0", o->temperature);
     if (!(isfinite(o->softcap) && o->softcap >= 0))
-        return xent__fail(XENT_ERR_VALUE, "opts.softcap = %g must be finite and >= 0 (0 = off)", o->softcap);
+        return xent_set_error(XENT_ERR_VALUE, "opts.softcap = %g must be finite and >= 0 (0 = off)", o->softcap);
     if (!(isfinite(o->z_loss) && o->z_loss >= 0))
-        return xent__fail(XENT_ERR_VALUE, "opts.z_loss = %g must be finite and >= 0", o->z_loss);
+        return xent_set_error(XENT_ERR_VALUE, "opts.z_loss = %g must be finite and >= 0", o->z_loss);
     if (!(o->label_smoothing >= 0 && o->label_smoothing <= 1))
-        return xent__fail(XENT_ERR_VALUE, "opts.label_smoothing = %g must be in [0, 1]", o->label_smoothing);
+        return xent_set_error(XENT_ERR_VALUE, "opts.label_smoothing = %g must be in [0, 1]", o->label_smoothing);
     if (!(isfinite(o->normalizer) && o->normalizer >= 0))
-        return xent__fail(XENT_ERR_VALUE, "opts.normalizer = %g must be finite and >= 0 (0 = row count)", o->normalizer);
+        return xent_set_error(XENT_ERR_VALUE, "opts.normalizer = %g must be finite and >= 0 (0 = row count)", o->normalizer);
     if (!isfinite(o->grad_scale))
-        return xent__fail(XENT_ERR_VALUE, "opts.grad_scale = %g must be finite", o->grad_scale);
+        return xent_set_error(XENT_ERR_VALUE, "opts.grad_scale = %g must be finite", o->grad_scale);
     if ((unsigned)o->reduction > XENT_REDUCE_MEAN)
-        return xent__fail(XENT_ERR_VALUE, "opts.reduction = %d is not one of NONE (0), SUM (1), MEAN (2)", (int)o->reduction);
+        return xent_set_error(XENT_ERR_VALUE, "opts.reduction = %d is not one of NONE (0), SUM (1), MEAN (2)", (int)o->reduction);
     if (o->threads < 0)
-        return xent__fail(XENT_ERR_VALUE, "opts.threads = %d must be >= 0 (0 = all cores)", o->threads);
+        return xent_set_error(XENT_ERR_VALUE, "opts.threads = %d must be >= 0 (0 = all cores)", o->threads);
     if (o->vocab_start < 0)
-        return xent__fail(XENT_ERR_VALUE, "opts.vocab_start = %lld must be >= 0", (long long)o->vocab_start);
+        return xent_set_error(XENT_ERR_VALUE, "opts.vocab_start = %lld must be >= 0", (long long)o->vocab_start);
     if (o->vocab_total < 0)
-        return xent__fail(XENT_ERR_VALUE, "opts.vocab_total = %lld must be >= 0 (0 = V)", (long long)o->vocab_total);
+        return xent_set_error(XENT_ERR_VALUE, "opts.vocab_total = %lld must be >= 0 (0 = V)", (long long)o->vocab_total);
     int64_t total = o->vocab_total ? o->vocab_total : V;
     if (o->vocab_start > total - V)
-        return xent__fail(XENT_ERR_SHAPE,
+        return xent_set_error(XENT_ERR_SHAPE,
                           "shard [vocab_start = %lld, + V = %lld) exceeds opts.vocab_total = %lld",
                           (long long)o->vocab_start, (long long)V, (long long)total);
     return XENT_OK;
@@ -796,7 +597,7 @@ static xent_status check_labels(const xent_ce_input *in, const xent_ce_opts *o,
         int64_t t = xent__label(in->labels, in->label_dtype, r);
         if (t == o->ignore_index) continue;
         if (t < 0 || t >= total)
-            return xent__fail(XENT_ERR_LABEL,
+            return xent_set_error(XENT_ERR_LABEL,
                               "labels[%lld] = %lld is outside [0, %lld) and is not ignore_index (%lld)",
                               (long long)r, (long long)t, (long long)total, (long long)o->ignore_index);
     }
@@ -812,20 +613,20 @@ static const xent_ce_opts *opts_or_default(const xent_ce_opts *opts, xent_ce_opt
 
 /* Checks `in` and `opts` (not NULL: opts_or_default has run). */
 static xent_status check_input(const xent_ce_input *in, const xent_ce_opts *o) {
-    if (!in) return xent__fail(XENT_ERR_NULL, "input is NULL");
-    if (in->T < 0) return xent__fail(XENT_ERR_SHAPE, "T = %lld must be >= 0", (long long)in->T);
-    if (in->V <= 0) return xent__fail(XENT_ERR_SHAPE, "V = %lld must be >= 1", (long long)in->V);
+    if (!in) return xent_set_error(XENT_ERR_NULL, "input is NULL");
+    if (in->T < 0) return xent_set_error(XENT_ERR_SHAPE, "T = %lld must be >= 0", (long long)in->T);
+    if (in->V <= 0) return xent_set_error(XENT_ERR_SHAPE, "V = %lld must be >= 1", (long long)in->V);
     if (in->ld != 0 && in->ld < in->V)
-        return xent__fail(XENT_ERR_SHAPE, "ld = %lld is smaller than V = %lld", (long long)in->ld, (long long)in->V);
+        return xent_set_error(XENT_ERR_SHAPE, "ld = %lld is smaller than V = %lld", (long long)in->ld, (long long)in->V);
     if (!is_float_dtype(in->dtype))
-        return xent__fail(XENT_ERR_DTYPE, "logits dtype %s is not supported (f32, bf16, f16)", xent_dtype_name(in->dtype));
-    if (in->T > 0 && !in->logits) return xent__fail(XENT_ERR_NULL, "logits is NULL with T = %lld", (long long)in->T);
+        return xent_set_error(XENT_ERR_DTYPE, "logits dtype %s is not supported (f32, bf16, f16)", xent_dtype_name(in->dtype));
+    if (in->T > 0 && !in->logits) return xent_set_error(XENT_ERR_NULL, "logits is NULL with T = %lld", (long long)in->T);
     if (in->labels && in->label_dtype != XENT_I32 && in->label_dtype != XENT_I64)
-        return xent__fail(XENT_ERR_DTYPE, "labels dtype %s is not supported (i32, i64)", xent_dtype_name(in->label_dtype));
+        return xent_set_error(XENT_ERR_DTYPE, "labels dtype %s is not supported (i32, i64)", xent_dtype_name(in->label_dtype));
     if (in->grad_rows)
         for (int64_t r = 0; r < in->T; r++)
             if (!isfinite(in->grad_rows[r]))
-                return xent__fail(XENT_ERR_VALUE, "grad_rows[%lld] = %g is not finite", (long long)r, (double)in->grad_rows[r]);
+                return xent_set_error(XENT_ERR_VALUE, "grad_rows[%lld] = %g is not finite", (long long)r, (double)in->grad_rows[r]);
     xent_status s = xent__ce_check_opts(o, in->V);
     if (s) return s;
     return check_labels(in, o, vocab_total_of(o, in->V));
@@ -835,13 +636,13 @@ static xent_status check_grad(const xent_ce_input *in, const void *grad,
                               xent_dtype gt, int64_t ld_grad) {
     if (!grad) return XENT_OK;
     if (!is_float_dtype(gt))
-        return xent__fail(XENT_ERR_DTYPE, "grad dtype %s is not supported (f32, bf16, f16)", xent_dtype_name(gt));
+        return xent_set_error(XENT_ERR_DTYPE, "grad dtype %s is not supported (f32, bf16, f16)", xent_dtype_name(gt));
     if (ld_grad != 0 && ld_grad < in->V)
-        return xent__fail(XENT_ERR_SHAPE, "ld_grad = %lld is smaller than V = %lld", (long long)ld_grad, (long long)in->V);
+        return xent_set_error(XENT_ERR_SHAPE, "ld_grad = %lld is smaller than V = %lld", (long long)ld_grad, (long long)in->V);
     if (grad == in->logits) {
         int64_t ldl = in->ld ? in->ld : in->V, ldg = ld_grad ? ld_grad : in->V;
         if (gt != in->dtype || ldl != ldg)
-            return xent__fail(XENT_ERR_SHAPE,
+            return xent_set_error(XENT_ERR_SHAPE,
                               "in-place gradient needs grad_dtype == logits dtype (%s vs %s) and equal row strides (%lld vs %lld)",
                               xent_dtype_name(gt), xent_dtype_name(in->dtype), (long long)ldg, (long long)ldl);
     }
@@ -855,6 +656,7 @@ static xent_status check_grad(const xent_ce_input *in, const void *grad,
 typedef struct {
     const xent_ce_input *in;
     const xent_ce_opts *o;
+    const xent__cpu_kern *kern; /* the instruction-set path of this call   */
     xform x;
     int64_t ld, ld_grad, total;
     double eps, kz, g_base; /* g_base: row scale for SUM/MEAN               */
@@ -896,11 +698,21 @@ static void write_row_outputs(const xent_ce_output *out, int64_t r,
 static void run_rows(void *ctx, int64_t b0, int64_t b1) {
     job *jb = ctx;
     const xent_ce_input *in = jb->in;
+    const xent__cpu_kern *K = jb->kern;
     size_t esz = xent_dtype_size(in->dtype), gsz = xent_dtype_size(jb->grad_dtype);
     int64_t v0 = jb->o->vocab_start;
+    /* an unsharded backward can recompute a huge row's statistics */
+    int whole = v0 == 0 && jb->total == in->V;
     /* [V] pass 2's exponentials, reused by the gradient pass; without it
      * (allocation failed) the gradient recomputes the same values */
-    double *ebuf = jb->grad && !jb->stats_in ? malloc((size_t)in->V * sizeof(double)) : NULL;
+    double *ebuf = NULL;
+    float *ebuf_f = NULL;
+    if (jb->grad && grad_keeps_f32(&jb->x, jb->eps, jb->grad_dtype))
+        ebuf_f = malloc((size_t)in->V * sizeof(float));
+    else if (jb->grad)
+        ebuf = malloc((size_t)in->V * sizeof(double));
+    /* the pass-2 sums the outputs need besides S */
+    int need = (jb->out && jb->out->entropy ? XENT__NEED_SX : 0) | (jb->eps > 0 ? XENT__NEED_Z : 0);
     for (int64_t b = b0; b < b1; b++) {
         int64_t r0 = b * ROW_BLOCK, r1 = r0 + ROW_BLOCK < in->T ? r0 + ROW_BLOCK : in->T;
         double loss = 0;
@@ -911,7 +723,8 @@ static void run_rows(void *ctx, int64_t b0, int64_t b1) {
             int64_t tl = (t >= v0 && t < v0 + in->V) ? t - v0 : -1;
             int is_counted = t >= 0;
             if (jb->partial_out) { /* shard statistics only */
-                row_partial(row, in->dtype, in->V, tl, &jb->x, &jb->partial_out[r], NULL);
+                row_partial(K, row, in->dtype, in->V, tl, &jb->x, XENT__NEED_SX | XENT__NEED_Z,
+                            &jb->partial_out[r], NULL, NULL, NULL);
                 nonfinite += (jb->partial_out[r].flags & 2) != 0;
                 counted += is_counted;
                 continue;
@@ -919,20 +732,43 @@ static void run_rows(void *ctx, int64_t b0, int64_t b1) {
             xent_ce_stats st;
             float m = -INFINITY;
             const double *e = NULL;
+            const float *ef = NULL;
+            double s = 0;
             if (jb->stats_in) { /* backward from saved statistics */
                 st = jb->stats_in[r];
                 if (jb->grad && row_scale(jb, r) != 0 && is_counted) {
                     float bad;
                     double zt;
-                    row_max(row, in->dtype, in->V, tl, &m, &bad, &zt);
+                    row_max(K, row, in->dtype, in->V, tl, &m, &bad, &zt);
+                    double M = shift_of(&jb->x, m);
+                    int big = row_is_big(M, tl >= 0, xform_apply(&jb->x, zt, jb->x.has_cap)) ||
+                              (M != -INFINITY && !(fabs(st.lse) <= BIG));
+                    if (big && whole && bad == 0.0f) {
+                        /* lse - M is lost to the rounding of lse: recompute
+                         * the row's statistics as the forward does */
+                        xent_ce_partial p;
+                        double zr;
+                        row_partial(K, row, in->dtype, in->V, tl, &jb->x, 0, &p, ebuf, ebuf_f, &zr);
+                        row_result rr = combine_row(&p, 1, 1, is_counted, &jb->x,
+                                                    (double)jb->total, jb->eps, jb->kz, zr);
+                        e = ebuf;
+                        ef = ebuf_f;
+                        st.lse = rr.lse;
+                        st.nll = rr.nll;
+                        s = rr.big ? exp(-rr.L) : exp(M - st.lse);
+                    } else {
+                        s = exp(M - st.lse);
+                    }
                 }
             } else {
                 xent_ce_partial p;
-                row_partial(row, in->dtype, in->V, tl, &jb->x, &p, ebuf);
+                double zr;
+                row_partial(K, row, in->dtype, in->V, tl, &jb->x, need, &p, ebuf, ebuf_f, &zr);
                 m = (float)p.max;
                 e = (p.flags & 2) ? NULL : ebuf;
+                ef = (p.flags & 2) ? NULL : ebuf_f;
                 row_result rr = combine_row(&p, 1, 1, is_counted, &jb->x,
-                                            (double)jb->total, jb->eps, jb->kz);
+                                            (double)jb->total, jb->eps, jb->kz, zr);
                 write_row_outputs(jb->out, r, &rr, is_counted);
                 if (jb->out->loss && jb->o->reduction == XENT_REDUCE_NONE)
                     jb->out->loss[r] = (float)rr.loss;
@@ -940,13 +776,15 @@ static void run_rows(void *ctx, int64_t b0, int64_t b1) {
                 nonfinite += rr.nonfinite;
                 st.lse = rr.lse;
                 st.nll = rr.nll;
+                s = rr.big ? exp(-rr.L) : exp(shift_of(&jb->x, m) - rr.lse);
             }
             counted += is_counted;
             if (jb->grad) {
+                xent__shift sh = shift_make(&jb->x, m);
                 grad_row_params gp = grad_params(&st, is_counted, row_scale(jb, r), jb->kz,
-                                                 jb->eps, (double)jb->total, shift_of(&jb->x, m));
+                                                 jb->eps, (double)jb->total, sh.M, s);
                 char *grow = (char *)jb->grad + (size_t)r * (size_t)jb->ld_grad * gsz;
-                grad_row(row, in->dtype, in->V, tl, &jb->x, &gp, e, grow, jb->grad_dtype);
+                grad_row(K, row, in->dtype, in->V, tl, &jb->x, &gp, &sh, e, ef, grow, jb->grad_dtype);
             }
         }
         jb->block_loss[b] = loss;
@@ -954,6 +792,7 @@ static void run_rows(void *ctx, int64_t b0, int64_t b1) {
         jb->block_nonfinite[b] = nonfinite;
     }
     free(ebuf);
+    free(ebuf_f);
 }
 
 static int64_t count_targets(const xent_ce_input *in, const xent_ce_opts *o) {
@@ -975,20 +814,21 @@ static xent_status run_job(job *jb, double *loss_sum, int64_t *counted,
     int64_t nblocks = (in->T + ROW_BLOCK - 1) / ROW_BLOCK;
     size_t nb = nblocks > 0 ? (size_t)nblocks : 1;
     char *mem = malloc(nb * (sizeof(double) + 2 * sizeof(int64_t)));
-    if (!mem) return xent__fail(XENT_ERR_ALLOC, "cannot allocate %zu bytes of row-block scratch", nb * 24);
+    if (!mem) return xent_set_error(XENT_ERR_ALLOC, "cannot allocate %zu bytes of row-block scratch", nb * 24);
     jb->block_loss = (double *)mem;
     jb->block_counted = (int64_t *)(mem + nb * sizeof(double));
     jb->block_nonfinite = jb->block_counted + nb;
     jb->x = xform_make(jb->o);
+    jb->kern = xent__cpu_kern_get();
     jb->ld = in->ld ? in->ld : in->V;
     jb->total = vocab_total_of(jb->o, in->V);
     jb->eps = jb->o->label_smoothing;
     jb->kz = jb->o->z_loss;
     /* rows per thread: at least ~1M elements each to pay for the thread */
-    int threads = xent__threads(jb->o->threads);
+    int threads = xent_num_threads(jb->o->threads);
     int64_t work = in->T * in->V / (1 << 20);
     if (work < threads) threads = work < 1 ? 1 : (int)work;
-    xent__parallel_for(nblocks, threads, run_rows, jb);
+    xent_parallel_for(nblocks, threads, run_rows, jb);
     double s = 0;
     int64_t c = 0, nf = 0;
     for (int64_t b = 0; b < nblocks; b++) {
@@ -1030,11 +870,11 @@ xent_status xent_ce(const xent_ce_input *in, const xent_ce_opts *opts,
                     xent_ce_output *out) {
     xent_ce_opts dflt;
     opts = opts_or_default(opts, &dflt);
-    if (!out) return xent__fail(XENT_ERR_NULL, "output is NULL");
+    if (!out) return xent_set_error(XENT_ERR_NULL, "output is NULL");
     xent_status s = check_input(in, opts);
     if (s) return s;
     if (opts->vocab_start != 0 || (opts->vocab_total != 0 && opts->vocab_total != in->V))
-        return xent__fail(XENT_ERR_VALUE,
+        return xent_set_error(XENT_ERR_VALUE,
                           "xent_ce needs whole rows (opts.vocab_start = %lld, opts.vocab_total = %lld, V = %lld); "
                           "for a vocabulary shard use xent_ce_shard_stats, xent_ce_combine and xent_ce_backward",
                           (long long)opts->vocab_start, (long long)opts->vocab_total, (long long)in->V);
@@ -1075,8 +915,8 @@ xent_status xent_ce_backward(const xent_ce_input *in, const xent_ce_opts *opts,
     opts = opts_or_default(opts, &dflt);
     xent_status s = check_input(in, opts);
     if (s) return s;
-    if (in->T > 0 && !stats) return xent__fail(XENT_ERR_NULL, "stats is NULL with T = %lld", (long long)in->T);
-    if (in->T > 0 && !grad) return xent__fail(XENT_ERR_NULL, "grad is NULL with T = %lld", (long long)in->T);
+    if (in->T > 0 && !stats) return xent_set_error(XENT_ERR_NULL, "stats is NULL with T = %lld", (long long)in->T);
+    if (in->T > 0 && !grad) return xent_set_error(XENT_ERR_NULL, "grad is NULL with T = %lld", (long long)in->T);
     s = check_grad(in, grad, grad_dtype, ld_grad);
     if (s) return s;
     job jb;
@@ -1099,7 +939,7 @@ xent_status xent_ce_shard_stats(const xent_ce_input *in, const xent_ce_opts *opt
     opts = opts_or_default(opts, &dflt);
     xent_status s = check_input(in, opts);
     if (s) return s;
-    if (in->T > 0 && !partial) return xent__fail(XENT_ERR_NULL, "partial is NULL with T = %lld", (long long)in->T);
+    if (in->T > 0 && !partial) return xent_set_error(XENT_ERR_NULL, "partial is NULL with T = %lld", (long long)in->T);
     job jb;
     memset(&jb, 0, sizeof jb);
     jb.in = in;
@@ -1115,16 +955,16 @@ xent_status xent_ce_combine(const xent_ce_partial *parts, int S,
                             xent_ce_output *out) {
     xent_ce_opts dflt;
     opts = opts_or_default(opts, &dflt);
-    if (!in) return xent__fail(XENT_ERR_NULL, "input is NULL");
-    if (!out) return xent__fail(XENT_ERR_NULL, "output is NULL");
-    if (S < 1) return xent__fail(XENT_ERR_SHAPE, "S = %d shards must be >= 1", S);
-    if (in->T < 0) return xent__fail(XENT_ERR_SHAPE, "T = %lld must be >= 0", (long long)in->T);
-    if (in->T > 0 && !parts) return xent__fail(XENT_ERR_NULL, "parts is NULL with T = %lld", (long long)in->T);
+    if (!in) return xent_set_error(XENT_ERR_NULL, "input is NULL");
+    if (!out) return xent_set_error(XENT_ERR_NULL, "output is NULL");
+    if (S < 1) return xent_set_error(XENT_ERR_SHAPE, "S = %d shards must be >= 1", S);
+    if (in->T < 0) return xent_set_error(XENT_ERR_SHAPE, "T = %lld must be >= 0", (long long)in->T);
+    if (in->T > 0 && !parts) return xent_set_error(XENT_ERR_NULL, "parts is NULL with T = %lld", (long long)in->T);
     if (in->labels && in->label_dtype != XENT_I32 && in->label_dtype != XENT_I64)
-        return xent__fail(XENT_ERR_DTYPE, "labels dtype %s is not supported (i32, i64)", xent_dtype_name(in->label_dtype));
+        return xent_set_error(XENT_ERR_DTYPE, "labels dtype %s is not supported (i32, i64)", xent_dtype_name(in->label_dtype));
     int64_t total = opts->vocab_total ? opts->vocab_total : (S == 1 ? in->V : 0);
     if (total <= 0)
-        return xent__fail(XENT_ERR_SHAPE, "opts.vocab_total = %lld: the whole vocabulary size is needed to combine %d shards",
+        return xent_set_error(XENT_ERR_SHAPE, "opts.vocab_total = %lld: the whole vocabulary size is needed to combine %d shards",
                           (long long)opts->vocab_total, S);
     xent_ce_opts o = *opts;
     o.vocab_start = 0;
@@ -1140,7 +980,7 @@ xent_status xent_ce_combine(const xent_ce_partial *parts, int S,
         int owners = 0;
         for (int k = 0; k < S; k++) owners += (int)(parts[(int64_t)k * T + r].flags & 1);
         if ((t != o.ignore_index && owners != 1) || (t == o.ignore_index && owners != 0))
-            return xent__fail(XENT_ERR_VALUE,
+            return xent_set_error(XENT_ERR_VALUE,
                               "row %lld (label %lld): %d shards claim the target; expected %d (check each shard's vocab_start)",
                               (long long)r, (long long)t, owners, t != o.ignore_index);
     }
@@ -1150,7 +990,7 @@ xent_status xent_ce_combine(const xent_ce_partial *parts, int S,
     for (int64_t r = 0; r < T; r++) {
         int is_counted = in->labels && xent__label(in->labels, in->label_dtype, r) != o.ignore_index;
         row_result rr = combine_row(&parts[r], S, T, is_counted, &x, (double)total,
-                                    o.label_smoothing, o.z_loss);
+                                    o.label_smoothing, o.z_loss, NAN);
         write_row_outputs(out, r, &rr, is_counted);
         if (out->loss && o.reduction == XENT_REDUCE_NONE) out->loss[r] = (float)rr.loss;
         block += rr.loss; /* summed per ROW_BLOCK rows, as xent_ce does */

@@ -1,6 +1,6 @@
 /* src/cuda/ce_api.cu: the public xent_cuda_* entry points: argument checks
  * (same rules and messages as the CPU), the label pass, scratch memory and
- * the kernel launches of ce.cu. */
+ * the kernel launches of ce_stream.cu. */
 #include "ce_host.h"
 
 #include <cuda_runtime.h>
@@ -16,26 +16,6 @@ extern "C" xent_status xent__ce_check_opts(const xent_ce_opts *o, int64_t V); /*
 static thread_local int g_check_labels = 1;
 static thread_local int g_exact = 0;
 
-/* Block size of the row kernel: XENT_CUDA_BLOCK (32..1024, a multiple of
- * 32) if set, else a function of V alone: one warp a row below V = 33280
- * (32 threads measured 12-16% faster forward-only than 64 at V = 20000,
- * 24576 and 32000, and with a gradient 4% faster to 3.5% slower,
- * bench/RESULTS.md, 2026-12-02 03:03 UTC); above, about 62 chunks of 8
- * columns per thread, 96..256 threads (1024 threads per multiprocessor;
- * 512 with 60000 bytes kept measured 5% faster with a gradient and 13%
- * slower forward-only at V = 128256 and 151936, bench/RESULTS.md,
- * 2026-12-02 12:56 UTC: the call that keeps its speed is forward-only). So
- * that every call on the same row (xent_cuda_ce, _logprobs, _shard_stats)
- * sums in the same order: per-row results are bitwise the same whatever T,
- * the row's position and the entry point. */
-int xc_block(int64_t V) {
-    const char *s = getenv("XENT_CUDA_BLOCK");
-    int v = s ? atoi(s) : 0;
-    if (v >= 32 && v <= 1024 && v % 32 == 0) return v;
-    int64_t nt = (V / 512 + 31) / 32 * 32;
-    return nt <= 64 ? 32 : (nt > 256 ? 256 : (int)nt);
-}
-
 /* A failed runtime call also leaves its error as the thread's last error,
  * which the next call's launch check (cudaGetLastError) would take for its
  * own: reported once here, then cleared (an error that sticks to the
@@ -43,7 +23,7 @@ int xc_block(int64_t V) {
 xent_status xc_cuda(cudaError_t e, const char *what) {
     if (e == cudaSuccess) return XENT_OK;
     (void)cudaGetLastError();
-    return xent__fail(XENT_ERR_CUDA, "%s: %s (%s)", what, cudaGetErrorString(e),
+    return xent_set_error(XENT_ERR_CUDA, "%s: %s (%s)", what, cudaGetErrorString(e),
                       cudaGetErrorName(e));
 }
 
@@ -92,32 +72,32 @@ xent_status xc_check_opts(const char *fn, const xent_ce_opts *o, int64_t V) {
     if (st == XENT_OK) return st;
     char msg[768];
     snprintf(msg, sizeof msg, "%s", xent_last_error());
-    return xent__fail(st, "%s: %s", fn, msg);
+    return xent_set_error(st, "%s: %s", fn, msg);
 }
 
 /* need_logits: the call reads in->logits (all but combine). */
 static xent_status xc_check_input(const char *fn, const xent_ce_input *in,
                                   const xent_ce_opts *o, int need_logits) {
-    if (!in) return xent__fail(XENT_ERR_NULL, "%s: in is NULL", fn);
+    if (!in) return xent_set_error(XENT_ERR_NULL, "%s: in is NULL", fn);
     if (in->T < 0)
-        return xent__fail(XENT_ERR_SHAPE, "%s: in.T = %lld must be >= 0", fn, (long long)in->T);
+        return xent_set_error(XENT_ERR_SHAPE, "%s: in.T = %lld must be >= 0", fn, (long long)in->T);
     if (in->V <= 0)
-        return xent__fail(XENT_ERR_SHAPE, "%s: in.V = %lld must be > 0", fn, (long long)in->V);
+        return xent_set_error(XENT_ERR_SHAPE, "%s: in.V = %lld must be > 0", fn, (long long)in->V);
     if (in->V >= ((int64_t)1 << 33))
-        return xent__fail(XENT_ERR_SHAPE, "%s: in.V = %lld is not below 2^33 (CUDA kernels)", fn,
+        return xent_set_error(XENT_ERR_SHAPE, "%s: in.V = %lld is not below 2^33 (CUDA kernels)", fn,
                           (long long)in->V);
     if (need_logits) {
         if (in->ld != 0 && in->ld < in->V)
-            return xent__fail(XENT_ERR_SHAPE, "%s: in.ld = %lld is smaller than in.V = %lld", fn,
+            return xent_set_error(XENT_ERR_SHAPE, "%s: in.ld = %lld is smaller than in.V = %lld", fn,
                               (long long)in->ld, (long long)in->V);
         if (!xc_is_float(in->dtype))
-            return xent__fail(XENT_ERR_DTYPE, "%s: in.dtype = %d is not f32, bf16 or f16", fn,
+            return xent_set_error(XENT_ERR_DTYPE, "%s: in.dtype = %d is not f32, bf16 or f16", fn,
                               (int)in->dtype);
         if (in->T > 0 && !in->logits)
-            return xent__fail(XENT_ERR_NULL, "%s: in.logits is NULL", fn);
+            return xent_set_error(XENT_ERR_NULL, "%s: in.logits is NULL", fn);
     }
     if (in->labels && in->label_dtype != XENT_I32 && in->label_dtype != XENT_I64)
-        return xent__fail(XENT_ERR_DTYPE, "%s: in.label_dtype = %d is not i32 or i64", fn,
+        return xent_set_error(XENT_ERR_DTYPE, "%s: in.label_dtype = %d is not i32 or i64", fn,
                           (int)in->label_dtype);
     return xc_check_opts(fn, o, in->V);
 }
@@ -388,7 +368,7 @@ static xent_status xc_label_report(const char *fn, const xc_params *p,
         st = xc_cuda(cudaMemcpy(&g, p->grad_rows + row, 4, cudaMemcpyDeviceToHost),
                      "grad_rows copy");
         if (st != XENT_OK) return st;
-        return xent__fail(XENT_ERR_VALUE, "%s: grad_rows[%lld] = %g is not finite", fn,
+        return xent_set_error(XENT_ERR_VALUE, "%s: grad_rows[%lld] = %g is not finite", fn,
                           (long long)row, (double)g);
     }
     if (kind == 1) {
@@ -401,11 +381,11 @@ static xent_status xc_label_report(const char *fn, const xc_params *p,
         }
         if (st != XENT_OK) return st;
         const int want = v != (long long)p->ignore_index;
-        return xent__fail(XENT_ERR_VALUE,
+        return xent_set_error(XENT_ERR_VALUE,
                           "%s: row %lld (label %lld): %d shards claim the target; expected %d "
                           "(check each shard's vocab_start)", fn, (long long)row, v, owners, want);
     }
-    return xent__fail(XENT_ERR_LABEL, "%s: labels[%lld] = %lld is outside [0, %lld)", fn,
+    return xent_set_error(XENT_ERR_LABEL, "%s: labels[%lld] = %lld is outside [0, %lld)", fn,
                       (long long)row, v, (long long)p->vocab_total);
 }
 
@@ -450,7 +430,7 @@ static xent_status xc_forward(const char *fn, xc_params *p, xent_ce_output *out,
     st = xc_label_begin(fn, p, sc.rec, s, &pend);
     if (st == XENT_OK) {
         p->rowstat = sc.stat;
-        int e = combine ? xc_launch_combine(p, s) : xc_launch_rows(p, xc_block(p->V), s);
+        int e = combine ? xc_launch_combine(p, s) : xc_launch_rows(p, s);
         st = xc_cuda((cudaError_t)e, combine ? "combine kernel" : "row kernel");
     }
     const xent_status se = xc_label_end(fn, p, &pend);
@@ -470,15 +450,15 @@ static xent_status xc_forward(const char *fn, xc_params *p, xent_ce_output *out,
 static xent_status xc_check_grad(const char *fn, const xent_ce_input *in, const void *grad,
                                  xent_dtype gdt, int64_t ld_grad) {
     if (!xc_is_float(gdt))
-        return xent__fail(XENT_ERR_DTYPE, "%s: grad_dtype = %d is not f32, bf16 or f16", fn,
+        return xent_set_error(XENT_ERR_DTYPE, "%s: grad_dtype = %d is not f32, bf16 or f16", fn,
                           (int)gdt);
     if (ld_grad != 0 && ld_grad < in->V)
-        return xent__fail(XENT_ERR_SHAPE, "%s: ld_grad = %lld is smaller than in.V = %lld", fn,
+        return xent_set_error(XENT_ERR_SHAPE, "%s: ld_grad = %lld is smaller than in.V = %lld", fn,
                           (long long)ld_grad, (long long)in->V);
     if (grad == in->logits) {
         int64_t ld = in->ld ? in->ld : in->V, lg = ld_grad ? ld_grad : in->V;
         if (gdt != in->dtype || lg != ld)
-            return xent__fail(XENT_ERR_SHAPE,
+            return xent_set_error(XENT_ERR_SHAPE,
                               "%s: in-place gradient needs grad_dtype == in.dtype and "
                               "ld_grad == in.ld (got %s/%lld vs %s/%lld)",
                               fn, xent_dtype_name(gdt), (long long)lg,
@@ -490,7 +470,7 @@ static xent_status xc_check_grad(const char *fn, const xent_ce_input *in, const 
 /* xent_cuda_ce and xent_cuda_logprobs work on whole rows, as xent_ce. */
 static xent_status xc_whole_rows(const char *fn, const xent_ce_input *in, const xent_ce_opts *o) {
     if (o->vocab_start != 0 || (o->vocab_total != 0 && o->vocab_total != in->V))
-        return xent__fail(XENT_ERR_VALUE,
+        return xent_set_error(XENT_ERR_VALUE,
                           "%s needs whole rows (opts.vocab_start = %lld, opts.vocab_total = %lld, "
                           "V = %lld); for a vocabulary shard use xent_cuda_ce_shard_stats, "
                           "xent_cuda_ce_combine and xent_cuda_ce_backward",
@@ -503,7 +483,7 @@ extern "C" xent_status xent_cuda_ce(const xent_ce_input *in, const xent_ce_opts 
     const char *fn = "xent_cuda_ce";
     xent_ce_opts d;
     if (!opts) { xc_default_opts(&d); opts = &d; }
-    if (!out) return xent__fail(XENT_ERR_NULL, "%s: out is NULL", fn);
+    if (!out) return xent_set_error(XENT_ERR_NULL, "%s: out is NULL", fn);
     xent_status st = xc_check_input(fn, in, opts, 1);
     if (st == XENT_OK) st = xc_whole_rows(fn, in, opts);
     if (st == XENT_OK && out->grad)
@@ -545,9 +525,9 @@ extern "C" xent_status xent_cuda_ce_backward(const xent_ce_input *in, const xent
     if (!opts) { xc_default_opts(&d); opts = &d; }
     xent_status st = xc_check_input(fn, in, opts, 1);
     if (st == XENT_OK && in->T > 0 && !stats)
-        st = xent__fail(XENT_ERR_NULL, "%s: stats is NULL", fn);
+        st = xent_set_error(XENT_ERR_NULL, "%s: stats is NULL", fn);
     if (st == XENT_OK && in->T > 0 && !grad)
-        st = xent__fail(XENT_ERR_NULL, "%s: grad is NULL", fn);
+        st = xent_set_error(XENT_ERR_NULL, "%s: grad is NULL", fn);
     if (st == XENT_OK && grad) st = xc_check_grad(fn, in, grad, grad_dtype, ld_grad);
     if (st != XENT_OK || in->T == 0) return st;
     cudaStream_t s = (cudaStream_t)stream;
@@ -563,7 +543,7 @@ extern "C" xent_status xent_cuda_ce_backward(const xent_ce_input *in, const xent
     xc_pending pend;
     st = xc_label_begin(fn, &p, sc.rec, s, &pend);
     if (st == XENT_OK)
-        st = xc_cuda((cudaError_t)xc_launch_rows(&p, xc_block(p.V), s), "backward kernel");
+        st = xc_cuda((cudaError_t)xc_launch_rows(&p, s), "backward kernel");
     const xent_status se = xc_label_end(fn, &p, &pend);
     return xc_scratch_put(&sc, st != XENT_OK ? st : se);
 }
@@ -576,7 +556,7 @@ extern "C" xent_status xent_cuda_ce_shard_stats(const xent_ce_input *in,
     if (!opts) { xc_default_opts(&d); opts = &d; }
     xent_status st = xc_check_input(fn, in, opts, 1);
     if (st == XENT_OK && in->T > 0 && !partial)
-        st = xent__fail(XENT_ERR_NULL, "%s: partial is NULL", fn);
+        st = xent_set_error(XENT_ERR_NULL, "%s: partial is NULL", fn);
     if (st != XENT_OK || in->T == 0) return st;
     cudaStream_t s = (cudaStream_t)stream;
     xc_params p = xc_make(in, opts);
@@ -589,7 +569,7 @@ extern "C" xent_status xent_cuda_ce_shard_stats(const xent_ce_input *in,
     xc_pending pend;
     st = xc_label_begin(fn, &p, sc.rec, s, &pend);
     if (st == XENT_OK)
-        st = xc_cuda((cudaError_t)xc_launch_rows(&p, xc_block(p.V), s),
+        st = xc_cuda((cudaError_t)xc_launch_rows(&p, s),
                      "shard statistics kernel");
     const xent_status se = xc_label_end(fn, &p, &pend);
     return xc_scratch_put(&sc, st != XENT_OK ? st : se);
@@ -601,15 +581,15 @@ extern "C" xent_status xent_cuda_ce_combine(const xent_ce_partial *parts, int S,
     const char *fn = "xent_cuda_ce_combine";
     xent_ce_opts d;
     if (!opts) { xc_default_opts(&d); opts = &d; }
-    if (!out) return xent__fail(XENT_ERR_NULL, "%s: out is NULL", fn);
-    if (S < 1) return xent__fail(XENT_ERR_SHAPE, "%s: S = %d must be >= 1", fn, S);
-    if (!in) return xent__fail(XENT_ERR_NULL, "%s: in is NULL", fn);
+    if (!out) return xent_set_error(XENT_ERR_NULL, "%s: out is NULL", fn);
+    if (S < 1) return xent_set_error(XENT_ERR_SHAPE, "%s: S = %d must be >= 1", fn, S);
+    if (!in) return xent_set_error(XENT_ERR_NULL, "%s: in is NULL", fn);
     /* as xent_ce_combine: the whole vocabulary, from column 0 */
     xent_ce_opts o = *opts;
     o.vocab_start = 0;
     if (o.vocab_total == 0) {
         if (S > 1)
-            return xent__fail(XENT_ERR_SHAPE,
+            return xent_set_error(XENT_ERR_SHAPE,
                               "%s: opts.vocab_total = 0: the whole vocabulary size is needed to "
                               "combine %d shards", fn, S);
         o.vocab_total = in->V;
@@ -620,7 +600,7 @@ extern "C" xent_status xent_cuda_ce_combine(const xent_ce_partial *parts, int S,
     in = &wi;
     xent_status st = xc_check_input(fn, in, opts, 0);
     if (st == XENT_OK && in->T > 0 && !parts)
-        st = xent__fail(XENT_ERR_NULL, "%s: parts is NULL", fn);
+        st = xent_set_error(XENT_ERR_NULL, "%s: parts is NULL", fn);
     if (st != XENT_OK) return st;
     cudaStream_t s = (cudaStream_t)stream;
     if (in->T == 0) return xc_zero_rows(out, opts, s);

@@ -8,6 +8,8 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+#include "core/xent_math.h"
+
 #define XC_MAX_WARPS 32
 
 /* ------------------------------------------------------------------ */
@@ -348,40 +350,9 @@ __device__ __forceinline__ float xc_term(float x, float c2, float c2lo, float &y
     return xc_ex2_ftz(y);
 }
 
-/* ------------------------------------------------------------------ */
-/* exp in double: the same argument reduction and polynomial as the CPU */
-/* (src/xent_internal.h, xent__exp): relative error below 2^-50.        */
-/* ------------------------------------------------------------------ */
-__device__ __forceinline__ double xc_dexp(double x) {
-    const double log2e = 1.4426950408889634;
-    const double ln2_hi = 0x1.62e42fefa39efp-1;
-    const double ln2_lo = 0x1.abc9e3b39803fp-56;
-    double xc = x < -745.2 ? -745.2 : (x > 709.9 ? 709.9 : x);
-    double n = rint(xc * log2e);
-    double r = fma(-n, ln2_hi, xc);
-    r = fma(-n, ln2_lo, r);
-    double p = 1.0 / 479001600.0;
-    p = fma(p, r, 1.0 / 39916800.0);
-    p = fma(p, r, 1.0 / 3628800.0);
-    p = fma(p, r, 1.0 / 362880.0);
-    p = fma(p, r, 1.0 / 40320.0);
-    p = fma(p, r, 1.0 / 5040.0);
-    p = fma(p, r, 1.0 / 720.0);
-    p = fma(p, r, 1.0 / 120.0);
-    p = fma(p, r, 1.0 / 24.0);
-    p = fma(p, r, 1.0 / 6.0);
-    p = fma(p, r, 0.5);
-    p = fma(p, r, 1.0);
-    p = fma(p, r, 1.0);
-    long long ni = (long long)n;
-    long long n1 = ni / 2, n2 = ni - n1;
-    double s1 = __longlong_as_double((n1 + 1023) << 52);
-    double s2 = __longlong_as_double((n2 + 1023) << 52);
-    double y = p * s1 * s2;
-    y = x < -745.2 ? 0.0 : y;
-    y = x > 709.8 ? (double)INFINITY : y;
-    return x != x ? x : y;
-}
+/* exp in double: xent__exp of src/core/xent_math.h, the CPU's own
+ * function compiled for the device (relative error below 2^-50). */
+__device__ __forceinline__ double xc_dexp(double x) { return xent__exp(x); }
 
 /* ------------------------------------------------------------------ */
 /* Block reductions: fixed shapes, so results do not depend on timing.  */

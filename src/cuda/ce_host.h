@@ -7,10 +7,7 @@
 
 #include <cuda_runtime.h>
 
-extern "C" xent_status xent__fail(xent_status s, const char *fmt, ...);
 
-/* Block size of the row kernel for V columns (a function of V alone). */
-int xc_block(int64_t V);
 /* cudaMallocAsync from the library's pool on the stream's device (it
  * keeps freed memory across synchronizations: ce_api.cu). */
 cudaError_t xc_malloc_async(void **ptr, size_t bytes, cudaStream_t s);

@@ -1,5 +1,5 @@
 /* src/cuda/ce_kernels.h: the row kernel's parameters, shared by the kernels
- * (ce.cu) and the host entry points (ce_api.cu). */
+ * (ce_stream.cu) and the host entry points (ce_api.cu). */
 #ifndef XENT_CUDA_CE_KERNELS_H
 #define XENT_CUDA_CE_KERNELS_H
 
@@ -41,7 +41,7 @@ typedef struct xc_long_acc {
 } xc_long_acc;
 
 /* Written by the label pass: the error to report as prio << 60 | (T - row) << 2 | kind
- * (0: none; kinds in ce.cu's xc_label_kernel) and the number of rows with
+ * (0: none; kinds in ce_stream.cu's xc_label_kernel) and the number of rows with
  * a target. */
 typedef struct xc_label_rec {
     unsigned long long neg_first_bad;
@@ -100,19 +100,50 @@ typedef struct xc_params {
                                     gradient) without reading the row      */
 } xc_params;
 
-/* Launchers (ce.cu). Each returns the launch's cudaError_t as an int. */
-int xc_launch_rows(const xc_params *p, int block, void *stream);
-/* The on-chip kernel (ce_cluster.cu), or -1 when it does not apply (other
- * dtypes or modes, softcap, an fp32 gradient, V too large). */
-int xq_launch_rows(const xc_params *p, void *stream);
-/* The on-chip kernel's plan takes rows of V columns (16-bit logits). */
-int xq_takes(int64_t V);
-/* The group kernel (ce_group.cu) for a forward call (with or without a
- * gradient; rows finished inside it) when XENT_CUDA_GROUP asks for it, or
- * -1 when it does not apply (not asked, other dtypes, modes or options, V
- * in the on-chip kernel's range, a GPU without bulk copies or cooperative
- * launches). */
-int xg_launch_rows(const xc_params *p, void *stream);
+/* ------------------------------------------------------------------ */
+/* Kernel selection (select.cu): the one place where a call's row      */
+/* kernel and its launch parameters are chosen, from the shape, the    */
+/* options and the thread's plan (xent_cuda_set_plan).                 */
+/* ------------------------------------------------------------------ */
+
+#define XQ_MAX_NT 256          /* on-chip kernel: most threads a block       */
+#define XQ_SLICE_BYTES 65536   /* on-chip kernel: slices up to 64 KiB (three
+                                  blocks a multiprocessor)                   */
+#define XQ_DEFAULT_MAX_V 16384 /* the on-chip kernel's largest V by default */
+
+/* The on-chip kernel's launch: cluster size C, block size NT, 16-byte
+ * chunks a slice P, and at most G clusters (0: as many as fit). */
+struct xq_plan_t {
+    int C, NT, P;
+    int G;
+};
+
+enum { XC_K_STREAM = 1, XC_K_ONCHIP = 2 };
+
+/* The row kernel of one launch. */
+struct xc_choice {
+    int kernel;   /* XC_K_*                                               */
+    int fast;     /* the fast path (fp32 lanes, hardware exp2) applies    */
+    int block;    /* streaming kernel: threads a block                    */
+    xq_plan_t oc; /* on-chip kernel: its launch (kernel == XC_K_ONCHIP)   */
+};
+
+/* The row kernel for p (its mode, dtypes, options and V). */
+xc_choice xc_choose_rows(const xc_params *p);
+/* Streaming kernel: threads a block for V columns (a function of V alone,
+ * so that every call on a row sums in the same order). */
+int xc_block(int64_t V);
+/* Streaming kernel with a gradient: shared memory (bytes) a block of
+ * `block` threads keeps of its row between the passes (wide: fp32 logits). */
+int xc_stage_bytes(int block, int wide);
+/* Fused LM head: logits rows a chunk when gradients are made. */
+int64_t xc_linear_rows(void);
+
+/* Launchers. Each returns the launch's cudaError_t as an int. The row
+ * kernels of a call, as xc_choose_rows picks them (ce_stream.cu). */
+int xc_launch_rows(const xc_params *p, void *stream);
+/* The on-chip kernel (ce_onchip.cu) under plan pl. */
+int xq_launch_rows(const xc_params *p, const xq_plan_t *pl, void *stream);
 /* The label pass into rec (zeroed first, with p->acc when set). */
 int xc_launch_labels(const xc_params *p, xc_label_rec *rec, void *stream);
 int xc_launch_combine(const xc_params *p, void *stream);

@@ -1,8 +1,8 @@
 /* src/cuda/ce_pass1.h: pass 1 of the fast path, shared by the streaming
- * kernel (ce.cu) and the group kernel (ce_group.cu): the per-thread
+ * kernel (ce_stream.cu) and the group kernel (ce_group.cu): the per-thread
  * accumulators, the terms, the loose form's rounds over a thread's chunks
  * (wherever the chunks come from: a Src type loads them) and a thread's
- * sums rescaled to the row's max for the block's sum. ce.cu's head has the
+ * sums rescaled to the row's max for the block's sum. ce_stream.cu's head has the
  * description of the arithmetic; docs/cuda.md the error analysis. */
 #ifndef XENT_CUDA_CE_PASS1_H
 #define XENT_CUDA_CE_PASS1_H

@@ -1,5 +1,5 @@
-/* src/cuda/ce_row.h: what every row kernel shares (ce.cu's streaming
- * kernel, ce_cluster.cu's on-chip kernel): the row's label, the transform
+/* src/cuda/ce_row.h: what every row kernel shares (ce_stream.cu's streaming
+ * kernel, ce_onchip.cu's on-chip kernel): the row's label, the transform
  * z' = cap(z) / tau in double, the finish of a row from its partial
  * statistics (the CPU's combine formulas), the per-row outputs, and the
  * gradient's constants. */

@@ -4,7 +4,7 @@
  * group in chunks of Tl <= Tg rows (the logits buffer's size; Tl = Tg
  * without gradients). For each chunk:
  *   logits [Tl, V] fp32 = hidden_c [Tl, H] @ weight^T (+ bias)   cuBLAS, fp32 accumulation
- *   the row kernel of ce.cu on those fp32 logits, writing the chunk's
+ *   the row kernel of ce_stream.cu on those fp32 logits, writing the chunk's
  *     forward outputs and its rows of dlogits [Tg, V], rounded once to the
  *     input dtype
  * then for the group:
@@ -40,7 +40,6 @@
 #define XL_ALIGN 256
 #define XL_MAX_DEVICES 64
 #define XL_DEFAULT_CHUNK_BYTES ((int64_t)768 << 20)
-#define XL_DEFAULT_SUB 512 /* logits rows per chunk when gradients are made */
 
 /* ------------------------------------------------------------------ */
 /* Element access                                                      */
@@ -116,7 +115,7 @@ static thread_local cublasHandle_t g_handle[XL_MAX_DEVICES];
 
 static xent_status xl_blas(cublasStatus_t e, const char *fn, const char *what) {
     if (e == CUBLAS_STATUS_SUCCESS) return XENT_OK;
-    return xent__fail(XENT_ERR_CUDA, "%s: cuBLAS %s: %s (%s)", fn, what,
+    return xent_set_error(XENT_ERR_CUDA, "%s: cuBLAS %s: %s (%s)", fn, what,
                       cublasGetStatusString(e), cublasGetStatusName(e));
 }
 
@@ -125,7 +124,7 @@ static xent_status xl_handle(const char *fn, cudaStream_t s, cublasHandle_t *h) 
     xent_status st = xc_cuda(cudaGetDevice(&dev), "cudaGetDevice");
     if (st != XENT_OK) return st;
     if (dev < 0 || dev >= XL_MAX_DEVICES)
-        return xent__fail(XENT_ERR_CUDA, "%s: device %d is beyond the %d supported", fn, dev,
+        return xent_set_error(XENT_ERR_CUDA, "%s: device %d is beyond the %d supported", fn, dev,
                           XL_MAX_DEVICES);
     if (!g_handle[dev]) {
         st = xl_blas(cublasCreate(&g_handle[dev]), fn, "cublasCreate");
@@ -177,14 +176,6 @@ typedef struct xl_layout {
     int db_ws;     /* bias gradient accumulated in the workspace        */
 } xl_layout;
 
-/* XENT_LINEAR_SUB (1 .. 2^20) overrides the logits rows per chunk; it
- * changes no result of a row beyond the GEMM algorithm cuBLAS picks. */
-static int64_t xl_sub(void) {
-    const char *e = getenv("XENT_LINEAR_SUB");
-    long v = e ? atol(e) : 0;
-    return v >= 1 && v <= (1L << 20) ? (int64_t)v : XL_DEFAULT_SUB;
-}
-
 static xl_layout xl_plan(const xent_linear_input *in, const xent_linear_grads *g) {
     xl_layout L;
     const int grads = xl_has_grads(g);
@@ -194,7 +185,7 @@ static xl_layout xl_plan(const xent_linear_input *in, const xent_linear_grads *g
               (L.dw_ws ? xl_up(in->V * in->H * 4) : 0) + (L.db_ws ? xl_up(in->V * 8) : 0);
     L.lrow = in->V * 4;
     L.grow = grads ? in->V * xl_size(in->dtype) : 0;
-    L.sub = xl_sub();
+    L.sub = xc_linear_rows();
     return L;
 }
 
@@ -260,23 +251,23 @@ static int xl_overlap(const void *a, int64_t na, const void *b, int64_t nb) {
 
 static xent_status xl_check_input(const char *fn, const xent_linear_input *in,
                                   const xent_ce_opts *o) {
-    if (!in) return xent__fail(XENT_ERR_NULL, "%s: in is NULL", fn);
+    if (!in) return xent_set_error(XENT_ERR_NULL, "%s: in is NULL", fn);
     const int64_t lim = (int64_t)1 << 31;
     if (in->T < 0)
-        return xent__fail(XENT_ERR_SHAPE, "%s: in.T = %lld must be >= 0", fn, (long long)in->T);
+        return xent_set_error(XENT_ERR_SHAPE, "%s: in.T = %lld must be >= 0", fn, (long long)in->T);
     if (in->H <= 0 || in->H >= lim)
-        return xent__fail(XENT_ERR_SHAPE, "%s: in.H = %lld must be in [1, 2^31)", fn,
+        return xent_set_error(XENT_ERR_SHAPE, "%s: in.H = %lld must be in [1, 2^31)", fn,
                           (long long)in->H);
     if (in->V <= 0 || in->V >= lim)
-        return xent__fail(XENT_ERR_SHAPE, "%s: in.V = %lld must be in [1, 2^31)", fn,
+        return xent_set_error(XENT_ERR_SHAPE, "%s: in.V = %lld must be in [1, 2^31)", fn,
                           (long long)in->V);
     if (!xc_is_float(in->dtype))
-        return xent__fail(XENT_ERR_DTYPE, "%s: in.dtype = %d is not f32, bf16 or f16", fn,
+        return xent_set_error(XENT_ERR_DTYPE, "%s: in.dtype = %d is not f32, bf16 or f16", fn,
                           (int)in->dtype);
-    if (in->T > 0 && !in->hidden) return xent__fail(XENT_ERR_NULL, "%s: in.hidden is NULL", fn);
-    if (in->T > 0 && !in->weight) return xent__fail(XENT_ERR_NULL, "%s: in.weight is NULL", fn);
+    if (in->T > 0 && !in->hidden) return xent_set_error(XENT_ERR_NULL, "%s: in.hidden is NULL", fn);
+    if (in->T > 0 && !in->weight) return xent_set_error(XENT_ERR_NULL, "%s: in.weight is NULL", fn);
     if (in->labels && in->label_dtype != XENT_I32 && in->label_dtype != XENT_I64)
-        return xent__fail(XENT_ERR_DTYPE, "%s: in.label_dtype = %d is not i32 or i64", fn,
+        return xent_set_error(XENT_ERR_DTYPE, "%s: in.label_dtype = %d is not i32 or i64", fn,
                           (int)in->label_dtype);
     return xc_check_opts(fn, o, in->V);
 }
@@ -284,7 +275,7 @@ static xent_status xl_check_input(const char *fn, const xent_linear_input *in,
 static xent_status xl_whole_rows(const char *fn, const xent_linear_input *in,
                                  const xent_ce_opts *o) {
     if (o->vocab_start != 0 || (o->vocab_total != 0 && o->vocab_total != in->V))
-        return xent__fail(XENT_ERR_VALUE,
+        return xent_set_error(XENT_ERR_VALUE,
                           "%s needs the whole vocabulary (opts.vocab_start = %lld, "
                           "opts.vocab_total = %lld, V = %lld); for a shard of the weight use "
                           "xent_cuda_linear_shard_stats, xent_cuda_ce_combine and "
@@ -308,23 +299,23 @@ static xent_status xl_check_grads(const char *fn, const xent_linear_input *in,
     for (int i = 0; i < 3; i++) {
         if (!b[i].p) continue;
         if (!xc_is_float(b[i].t))
-            return xent__fail(XENT_ERR_DTYPE, "%s: %s_dtype = %d is not f32, bf16 or f16", fn,
+            return xent_set_error(XENT_ERR_DTYPE, "%s: %s_dtype = %d is not f32, bf16 or f16", fn,
                               b[i].name, (int)b[i].t);
         if (i == 0 && b[i].t != XENT_F32 && b[i].t != in->dtype)
-            return xent__fail(XENT_ERR_DTYPE,
+            return xent_set_error(XENT_ERR_DTYPE,
                               "%s: grads.hidden_dtype = %s: the hidden gradient is written "
                               "by the product itself, in in.dtype (%s) or f32",
                               fn, xent_dtype_name(b[i].t), xent_dtype_name(in->dtype));
         for (int j = 0; j < 3; j++)
             if (xl_overlap(b[i].p, xl_bytes_of(b[i].p, b[i].n, b[i].t), src[j].p,
                            xl_bytes_of(src[j].p, src[j].n, in->dtype)))
-                return xent__fail(XENT_ERR_VALUE, "%s: %s overlaps %s (the inputs are read "
+                return xent_set_error(XENT_ERR_VALUE, "%s: %s overlaps %s (the inputs are read "
                                   "while the gradients are written)", fn, b[i].name,
                                   src[j].name);
         for (int j = 0; j < i; j++)
             if (xl_overlap(b[i].p, xl_bytes_of(b[i].p, b[i].n, b[i].t), b[j].p,
                            xl_bytes_of(b[j].p, b[j].n, b[j].t)))
-                return xent__fail(XENT_ERR_VALUE, "%s: %s overlaps %s", fn, b[i].name,
+                return xent_set_error(XENT_ERR_VALUE, "%s: %s overlaps %s", fn, b[i].name,
                                   b[j].name);
     }
     return XENT_OK;
@@ -504,7 +495,7 @@ static xent_status xl_chunks(xl_run *r) {
             if (st != XENT_OK) break;
             xc_params p = xl_chunk_params(r, r0, n);
             p.grad = r->dlogits ? (char *)r->dlogits + (r0 - g0) * in->V * es : NULL;
-            st = xc_cuda((cudaError_t)xc_launch_rows(&p, xc_block(in->V), r->s), "row kernel");
+            st = xc_cuda((cudaError_t)xc_launch_rows(&p, r->s), "row kernel");
         }
         if (st == XENT_OK && r->dlogits) st = xl_backprop(r, g0, ng, g0 == 0);
     }
@@ -537,7 +528,7 @@ static xent_status xl_execute(xl_run *r, void *ws, size_t ws_bytes) {
     } else {
         const int64_t need1 = xl_bytes(&L, 1);
         if ((int64_t)ws_bytes < need1)
-            return xent__fail(XENT_ERR_SHAPE,
+            return xent_set_error(XENT_ERR_SHAPE,
                               "%s: workspace_bytes = %llu is below the %lld needed for one row "
                               "(xent_cuda_linear_workspace gives the default: %llu)",
                               fn, (unsigned long long)ws_bytes, (long long)need1,
@@ -546,7 +537,7 @@ static xent_status xl_execute(xl_run *r, void *ws, size_t ws_bytes) {
     }
     r->Tl = xl_chunk(&L, r->Tg);
     if (((uintptr_t)ws) % XL_ALIGN != 0) {
-        return xent__fail(XENT_ERR_VALUE, "%s: workspace %p is not %d-byte aligned", fn, ws,
+        return xent_set_error(XENT_ERR_VALUE, "%s: workspace %p is not %d-byte aligned", fn, ws,
                           XL_ALIGN);
     }
     xl_carve(r, &L, (char *)ws);
@@ -604,11 +595,11 @@ extern "C" xent_status xent_cuda_linear_ce(const xent_linear_input *in,
     const char *fn = "xent_cuda_linear_ce";
     xent_ce_opts d;
     if (!opts) { xent_ce_opts_init(&d); opts = &d; }
-    if (!out) return xent__fail(XENT_ERR_NULL, "%s: out is NULL", fn);
+    if (!out) return xent_set_error(XENT_ERR_NULL, "%s: out is NULL", fn);
     xent_status st = xl_check_input(fn, in, opts);
     if (st == XENT_OK) st = xl_whole_rows(fn, in, opts);
     if (st == XENT_OK && out->grad)
-        st = xent__fail(XENT_ERR_VALUE, "%s: out->grad must be NULL (the fused head keeps no "
+        st = xent_set_error(XENT_ERR_VALUE, "%s: out->grad must be NULL (the fused head keeps no "
                         "logit buffer: its gradients go to `grads`)", fn);
     if (st == XENT_OK) st = xl_check_grads(fn, in, grads);
     if (st != XENT_OK) return st;
@@ -655,7 +646,7 @@ extern "C" xent_status xent_cuda_linear_shard_stats(const xent_linear_input *in,
     if (!opts) { xent_ce_opts_init(&d); opts = &d; }
     xent_status st = xl_check_input(fn, in, opts);
     if (st == XENT_OK && in->T > 0 && !partial)
-        st = xent__fail(XENT_ERR_NULL, "%s: partial is NULL", fn);
+        st = xent_set_error(XENT_ERR_NULL, "%s: partial is NULL", fn);
     if (st != XENT_OK || in->T == 0) return st;
     xl_run r;
     xl_run_init(&r, fn, in, opts, NULL, stream);
@@ -676,9 +667,9 @@ extern "C" xent_status xent_cuda_linear_backward(const xent_linear_input *in,
     if (!opts) { xent_ce_opts_init(&d); opts = &d; }
     xent_status st = xl_check_input(fn, in, opts);
     if (st == XENT_OK && in->T > 0 && !stats)
-        st = xent__fail(XENT_ERR_NULL, "%s: stats is NULL", fn);
+        st = xent_set_error(XENT_ERR_NULL, "%s: stats is NULL", fn);
     if (st == XENT_OK && !xl_has_grads(grads))
-        st = xent__fail(XENT_ERR_NULL, "%s: grads is NULL or names no buffer", fn);
+        st = xent_set_error(XENT_ERR_NULL, "%s: grads is NULL or names no buffer", fn);
     if (st == XENT_OK) st = xl_check_grads(fn, in, grads);
     if (st != XENT_OK) return st;
     xl_run r;

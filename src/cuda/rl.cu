@@ -19,6 +19,7 @@
  * the host then reports the first problem in the CPU's order with the
  * CPU's message (field and index). */
 #include "ce_device.h"
+#include "rl/rl_math.h"
 #include "ce_host.h" /* xc_alloc, xc_cuda: scratch from the library's pool, CUDA errors */
 #include "xent.h"
 
@@ -28,7 +29,6 @@
 #include <stdio.h>
 #include <string.h>
 
-extern "C" xent_status xent__fail(xent_status s, const char *fmt, ...);
 
 typedef unsigned long long ull;
 #define XR_NONE ULLONG_MAX
@@ -45,39 +45,8 @@ static unsigned xr_blocks(int64_t n) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* Device helpers: the CPU's (src/rl/rl_internal.h)                          */
+/* Device helpers (the scalar ones are the CPU's: src/rl/rl_math.h)          */
 /* ------------------------------------------------------------------------ */
-
-__device__ __forceinline__ int xr_counted(const uint8_t *m, int64_t t) {
-    return m == NULL || m[t] != 0;
-}
-
-__device__ __forceinline__ double xr_clamp(double x, double c, int *hit) {
-    if (x > c) { *hit = 1; return c; }
-    if (x < -c) { *hit = 1; return -c; }
-    *hit = 0;
-    return x;
-}
-
-__device__ __forceinline__ double xr_logdiff(double a, double b) {
-    return a == b ? 0.0 : a - b;
-}
-
-/* e^d - 1 - d: the CPU's series for |d| < 1/2 (bitwise), else CUDA's
- * expm1(d) - d (CUDA's and the C library's expm1 are each within 1 ulp;
- * the two K3 values differ by less than 2^-48 relative: docs/rl.md, CUDA). */
-__device__ double xr_k3(double d) {
-    const double inv_fact[16] = {
-        1.0 / 2, 1.0 / 6, 1.0 / 24, 1.0 / 120, 1.0 / 720, 1.0 / 5040,
-        1.0 / 40320, 1.0 / 362880, 1.0 / 3628800, 1.0 / 39916800,
-        1.0 / 479001600, 1.0 / 6227020800.0, 1.0 / 87178291200.0,
-        1.0 / 1307674368000.0, 1.0 / 20922789888000.0,
-        1.0 / 355687428096000.0};
-    if (!(fabs(d) < 0.5)) return expm1(d) - d;
-    double p = inv_fact[15];
-    for (int k = 14; k >= 0; k--) p = p * d + inv_fact[k];
-    return p * d * d;
-}
 
 /* First index in a [n] (sorted) with a[idx] >= v. */
 __device__ int64_t xr_lower_bound(const int64_t *a, int64_t n, int64_t v) {
@@ -185,7 +154,7 @@ __global__ void xr_k_ids(const int64_t *ids, int64_t n, int64_t ngroups, xr_rec 
 __global__ void xr_k_finite(const float *x, int64_t n, const uint8_t *mask, xr_rec *rec) {
     ull first = XR_NONE;
     XR_LOOP(i, n) {
-        if (xr_counted(mask, i) && !isfinite(x[i])) { first = (ull)i; break; }
+        if (xent__rl_counted(mask, i) && !isfinite(x[i])) { first = (ull)i; break; }
     }
     if (first != XR_NONE) atomicMin(&rec->first_val, first);
 }
@@ -211,7 +180,7 @@ __global__ void xr_k_adv_seq(const float *adv, const int64_t *off, int64_t nseq,
         int64_t b, e;
         xr_range(off, i, T, &b, &e);
         int any = 0;
-        for (int64_t t = b; t < e && !any; t++) any = xr_counted(mask, t);
+        for (int64_t t = b; t < e && !any; t++) any = xent__rl_counted(mask, t);
         if (any) { first = (ull)i; break; }
     }
     if (first != XR_NONE) atomicMin(&rec->first_val, first);
@@ -222,7 +191,7 @@ __global__ void xr_k_lp(const float *lp, int64_t T, const uint8_t *mask, xr_lp_r
     ull n = 0, nn = 0, np = 0, ni = 0, nz = 0;
     ull fn = XR_NONE, fp = XR_NONE, fi = XR_NONE;
     XR_LOOP(t, T) {
-        if (!xr_counted(mask, t)) continue;
+        if (!xent__rl_counted(mask, t)) continue;
         float v = lp[t];
         n++;
         if (isnan(v)) { nn++; fn = fn < (ull)t ? fn : (ull)t; }
@@ -262,7 +231,7 @@ __global__ void xr_k_zero_runs(const float *lp, int64_t T, const int64_t *off,
         ull nr = 0, fr = XR_NONE, lg = 0;
         xr_in_order(b, e, tile, [&](int64_t i) {
             xr_zv v;
-            v.counted = xr_counted(mask, i);
+            v.counted = xent__rl_counted(mask, i);
             v.zero = v.counted && lp[i] == 0.0f;
             return v;
         }, [&](const xr_zv &v) {
@@ -363,19 +332,19 @@ static xent_status xr_offsets_fail(const xr_ctx *c, const char *what, const int6
                                    int64_t nseq, int64_t T) {
     const xr_rec *r = &c->h;
     if (r->off0 != 0)
-        return xent__fail(XENT_ERR_SHAPE, "%s[0] = %lld, must be 0", what, (long long)r->off0);
+        return xent_set_error(XENT_ERR_SHAPE, "%s[0] = %lld, must be 0", what, (long long)r->off0);
     if (r->first_dec != XR_NONE) {
         int64_t i = (int64_t)r->first_dec, v[2] = {0, 0};
         xent_status st = xr_fetch(c, v, off + i - 1, sizeof v, "offsets copy");
         if (st != XENT_OK) return st;
-        return xent__fail(XENT_ERR_SHAPE,
+        return xent_set_error(XENT_ERR_SHAPE,
                           "%s[%lld] = %lld is below %s[%lld] = %lld: "
                           "offsets must be non-decreasing",
                           what, (long long)i, (long long)v[1], what, (long long)(i - 1),
                           (long long)v[0]);
     }
     if (r->offN != T)
-        return xent__fail(XENT_ERR_SHAPE, "%s[%lld] = %lld, must equal the length %lld", what,
+        return xent_set_error(XENT_ERR_SHAPE, "%s[%lld] = %lld, must equal the length %lld", what,
                           (long long)nseq, (long long)r->offN, (long long)T);
     return XENT_OK;
 }
@@ -386,7 +355,7 @@ static xent_status xr_mask_fail(const xr_ctx *c, const char *what, const uint8_t
     uint8_t v = 0;
     xent_status st = xr_fetch(c, &v, mask + c->h.first_mask, 1, "mask copy");
     if (st != XENT_OK) return st;
-    return xent__fail(XENT_ERR_VALUE, "%s[%lld] = %u, a mask holds 0 or 1", what,
+    return xent_set_error(XENT_ERR_VALUE, "%s[%lld] = %u, a mask holds 0 or 1", what,
                       (long long)c->h.first_mask, (unsigned)v);
 }
 
@@ -396,7 +365,7 @@ static xent_status xr_value_fail(const xr_ctx *c, const char *what, const float 
     float v = 0.0f;
     xent_status st = xr_fetch(c, &v, x + c->h.first_val, 4, "value copy");
     if (st != XENT_OK) return st;
-    return xent__fail(XENT_ERR_VALUE, "%s[%lld] = %g is not finite", what,
+    return xent_set_error(XENT_ERR_VALUE, "%s[%lld] = %g is not finite", what,
                       (long long)c->h.first_val, (double)v);
 }
 
@@ -415,19 +384,19 @@ static xent_status xr_lp_fail(const xr_ctx *c, int k, const char *name, const fl
              (long long)r->n_nan, (long long)r->n_pos, (long long)r->n_ninf,
              (long long)r->n_zrun, (long long)limit, (long long)r->n_checked);
     if (r->n_nan)
-        return xent__fail(XENT_ERR_VALUE, "%s[%lld] = nan: a log-prob is never NaN (%s)", name,
+        return xent_set_error(XENT_ERR_VALUE, "%s[%lld] = nan: a log-prob is never NaN (%s)", name,
                           xr_first(r->first_nan), counts);
     if (r->n_pos) {
         float v = 0.0f;
         xent_status st = xr_fetch(c, &v, lp + r->first_pos, 4, "log-prob copy");
         if (st != XENT_OK) return st;
-        return xent__fail(XENT_ERR_VALUE, "%s[%lld] = %.9g is > 0: a log-prob is <= 0 (%s)",
+        return xent_set_error(XENT_ERR_VALUE, "%s[%lld] = %.9g is > 0: a log-prob is <= 0 (%s)",
                           name, xr_first(r->first_pos), (double)v, counts);
     }
     if (r->n_ninf && !allow_neg_inf)
-        return xent__fail(XENT_ERR_VALUE, "%s[%lld] = -inf: these log-probs must be finite (%s)",
+        return xent_set_error(XENT_ERR_VALUE, "%s[%lld] = -inf: these log-probs must be finite (%s)",
                           name, xr_first(r->first_ninf), counts);
-    return xent__fail(XENT_ERR_VALUE,
+    return xent_set_error(XENT_ERR_VALUE,
                       "%s[%lld..]: a run of >= %lld log-probs exactly 0 (a zero-filled "
                       "dump?); longest run %lld (%s)",
                       name, xr_first(r->first_zrun), (long long)limit,
@@ -505,20 +474,20 @@ static xent_status xr_ids_fail(const xr_ctx *c, const int64_t *ids, int64_t ngro
                            : xr_fetch(c, v + 1, ids, 8, "ids copy");
     if (st != XENT_OK) return st;
     if (v[1] < 0 || v[1] >= ngroups)
-        return xent__fail(XENT_ERR_VALUE, "groups->ids[%lld] = %lld is outside [0, %lld)",
+        return xent_set_error(XENT_ERR_VALUE, "groups->ids[%lld] = %lld is outside [0, %lld)",
                           (long long)i, (long long)v[1], (long long)ngroups);
-    return xent__fail(XENT_ERR_VALUE,
+    return xent_set_error(XENT_ERR_VALUE,
                       "groups->ids[%lld] = %lld follows ids[%lld] = %lld: group ids must be "
                       "non-decreasing (each group contiguous)",
                       (long long)i, (long long)v[1], (long long)(i - 1), (long long)v[0]);
 }
 
 static xent_status xr_check_groups_host(const xent_rl_groups *g) {
-    if (g->n < 0) return xent__fail(XENT_ERR_SHAPE, "groups->n = %lld < 0", (long long)g->n);
+    if (g->n < 0) return xent_set_error(XENT_ERR_SHAPE, "groups->n = %lld < 0", (long long)g->n);
     if (g->ngroups < 0)
-        return xent__fail(XENT_ERR_SHAPE, "groups->ngroups = %lld < 0", (long long)g->ngroups);
+        return xent_set_error(XENT_ERR_SHAPE, "groups->ngroups = %lld < 0", (long long)g->ngroups);
     if ((g->offsets == NULL) == (g->ids == NULL))
-        return xent__fail(XENT_ERR_VALUE, "groups: give exactly one of offsets and ids (%s given)",
+        return xent_set_error(XENT_ERR_VALUE, "groups: give exactly one of offsets and ids (%s given)",
                           g->offsets ? "both" : "neither");
     return XENT_OK;
 }
@@ -529,7 +498,7 @@ extern "C" xent_status xent_cuda_rl_group_advantages(const float *rewards,
                                                      double *group_mean, double *group_std,
                                                      xent_rl_adv_stats *stats, void *stream) {
     if (!groups || !opts)
-        return xent__fail(XENT_ERR_NULL, "xent_cuda_rl_group_advantages: %s is NULL",
+        return xent_set_error(XENT_ERR_NULL, "xent_cuda_rl_group_advantages: %s is NULL",
                           !groups ? "groups" : "opts");
     int64_t off0 = 0;
     xent_rl_groups g0 = {0, 0, &off0, NULL};
@@ -545,7 +514,7 @@ extern "C" xent_status xent_cuda_rl_group_advantages(const float *rewards,
     if (groups->offsets) st = xr_offsets_fail(&c, "groups->offsets", groups->offsets, ng, n);
     else st = xr_ids_fail(&c, groups->ids, ng);
     if (st == XENT_OK && n > 0 && (!rewards || !adv))
-        st = xent__fail(XENT_ERR_NULL, "xent_cuda_rl_group_advantages: %s is NULL",
+        st = xent_set_error(XENT_ERR_NULL, "xent_cuda_rl_group_advantages: %s is NULL",
                         !rewards ? "rewards" : "adv");
     if (st == XENT_OK) st = xr_value_fail(&c, "rewards", rewards);
     if (st != XENT_OK) return xr_end(&c, st);
@@ -591,7 +560,7 @@ __global__ void xr_k_batch_moments(const float *a, int64_t n, const uint8_t *mas
     int64_t k = 0;
     auto load = [&](int64_t i) {
         xr_bv v;
-        v.counted = xr_counted(mask, i);
+        v.counted = xent__rl_counted(mask, i);
         v.a = v.counted ? (double)a[i] : 0.0;
         return v;
     };
@@ -625,7 +594,7 @@ __global__ void xr_k_batch_apply(const float *in, int64_t n, const uint8_t *mask
     const xr_batch b = *bp;
     XR_LOOP(i, n) {
         float a = in[i];
-        if (!xr_counted(mask, i)) out[i] = a;
+        if (!xent__rl_counted(mask, i)) out[i] = a;
         else if (b.st.degenerate) out[i] = b.zero_out ? 0.0f : a;
         else out[i] = (float)(((double)a - b.shift) / b.div);
     }
@@ -636,12 +605,12 @@ extern "C" xent_status xent_cuda_rl_batch_normalize(const float *adv_in, int64_t
                                                     const xent_rl_batch_opts *opts,
                                                     float *adv_out,
                                                     xent_rl_batch_stats *stats, void *stream) {
-    if (!opts) return xent__fail(XENT_ERR_NULL, "xent_cuda_rl_batch_normalize: opts is NULL");
+    if (!opts) return xent_set_error(XENT_ERR_NULL, "xent_cuda_rl_batch_normalize: opts is NULL");
     xent_status st = xent_rl_batch_normalize(NULL, 0, NULL, opts, NULL, NULL);
     if (st != XENT_OK) return st;
-    if (n < 0) return xent__fail(XENT_ERR_SHAPE, "n = %lld < 0", (long long)n);
+    if (n < 0) return xent_set_error(XENT_ERR_SHAPE, "n = %lld < 0", (long long)n);
     if (n > 0 && (!adv_in || !adv_out))
-        return xent__fail(XENT_ERR_NULL, "xent_cuda_rl_batch_normalize: %s is NULL",
+        return xent_set_error(XENT_ERR_NULL, "xent_cuda_rl_batch_normalize: %s is NULL",
                           !adv_in ? "adv_in" : "adv_out");
     xr_ctx c;
     if ((st = xr_begin(&c, stream, sizeof(xr_batch))) != XENT_OK) return xr_end(&c, st);
@@ -725,7 +694,7 @@ __device__ double xr_ppo(double A, double r, double lo, double hi, double dual, 
 
 /* The CPU's kl_term. */
 __device__ double xr_kl_term(int kind, double lp, double ref, double C, double *dk, int *hit) {
-    double d = xr_clamp(xr_logdiff(ref, lp), C, hit);
+    double d = xent__rl_clamp(xent__rl_logdiff(ref, lp), C, hit);
     double live = *hit ? 0.0 : 1.0;
     switch (kind) {
     case XENT_RL_KL_K1: *dk = live; return -d;
@@ -733,7 +702,7 @@ __device__ double xr_kl_term(int kind, double lp, double ref, double C, double *
     case XENT_RL_KL_K3: {
         double e = xc_dexp(d);
         *dk = (1.0 - e) * live;
-        return xr_k3(d);
+        return xent__rl_k3(d);
     }
     default: *dk = 0.0; return 0.0;
     }
@@ -750,7 +719,7 @@ __device__ double xr_policy(const xr_loss_p &p, int64_t t, double A, double lr_s
     int hit = seq_hit;
     double lr = p.loss == XENT_RL_LOSS_GSPO
                     ? lr_seq
-                    : xr_clamp(xr_logdiff(lp, p.lp_old[t]), p.C, &hit);
+                    : xent__rl_clamp(xent__rl_logdiff(lp, p.lp_old[t]), p.C, &hit);
     double r = xc_dexp(lr);
     if (hit) *fl |= XF_CLAMP;
     if (p.loss == XENT_RL_LOSS_CISPO) {
@@ -783,12 +752,12 @@ __global__ void xr_k_seq(xr_loss_p p) {
         int any = 0;
         auto load = [&](int64_t t) {
             xr_sv v;
-            v.counted = xr_counted(p.mask, t);
+            v.counted = xent__rl_counted(p.mask, t);
             v.lw = v.ld = 0.0;
             v.hit = 0;
             if (v.counted && need_tis)
-                v.lw = xr_clamp(xr_logdiff(p.lp_trn[t], p.lp_smp[t]), p.C, &v.hit);
-            if (v.counted && need_gspo) v.ld = xr_logdiff(p.lp_new[t], p.lp_old[t]);
+                v.lw = xent__rl_clamp(xent__rl_logdiff(p.lp_trn[t], p.lp_smp[t]), p.C, &v.hit);
+            if (v.counted && need_gspo) v.ld = xent__rl_logdiff(p.lp_new[t], p.lp_old[t]);
             return v;
         };
         xr_in_order(p.off[i], p.off[i + 1], tile, load, [&](const xr_sv &v) {
@@ -804,12 +773,12 @@ __global__ void xr_k_seq(xr_loss_p p) {
         int hit;
         if (n > 0 && need_tis) {
             if (p.tis == XENT_RL_TIS_GEOMETRIC) s_tis /= (double)n;
-            s_tis = xr_clamp(s_tis, p.C, &hit);
+            s_tis = xent__rl_clamp(s_tis, p.C, &hit);
             if (any || hit) fl |= XF_TISC;
             w = xr_tis_cut(p, xc_dexp(s_tis), &fl);
         }
         if (n > 0 && need_gspo) {
-            lr = xr_clamp(s_g / (double)n, p.C, &hit);
+            lr = xent__rl_clamp(s_g / (double)n, p.C, &hit);
             if (hit) fl |= XF_CLAMP;
         }
         p.seq_n[i] = n;
@@ -822,7 +791,7 @@ __global__ void xr_k_seq(xr_loss_p p) {
 /* One thread per token: the CPU's one_token. */
 __global__ void xr_k_tok(xr_loss_p p) {
     XR_LOOP(t, p.T) {
-        if (!xr_counted(p.mask, t)) {
+        if (!xent__rl_counted(p.mask, t)) {
             if (p.token_loss) p.token_loss[t] = 0.0f;
             if (p.grad) p.grad[t] = 0.0f;
             p.tok_l[t] = 0.0;
@@ -835,7 +804,7 @@ __global__ void xr_k_tok(xr_loss_p p) {
         double A = p.adv[p.per_tok ? t : i], w = p.seq_w[i];
         int hit;
         if (p.tis == XENT_RL_TIS_TOKEN) {
-            w = xc_dexp(xr_clamp(xr_logdiff(p.lp_trn[t], p.lp_smp[t]), p.C, &hit));
+            w = xc_dexp(xent__rl_clamp(xent__rl_logdiff(p.lp_trn[t], p.lp_smp[t]), p.C, &hit));
             if (hit) fl |= XF_TISC;
             w = xr_tis_cut(p, w, &fl);
         }
@@ -879,7 +848,7 @@ __global__ void xr_k_seq_sum(xr_loss_p p, double *contrib, ull *cnt) {
         double s = 0.0;
         auto load = [&](int64_t t) {
             xr_tv v;
-            v.counted = xr_counted(p.mask, t);
+            v.counted = xent__rl_counted(p.mask, t);
             v.l = v.counted ? p.tok_l[t] : 0.0;
             v.k = 0.0;
             v.fl = v.counted ? p.tok_flags[t] : 0u;
@@ -927,7 +896,7 @@ __global__ void xr_k_loss_final(xr_loss_p p, const double *contrib, const ull *c
     if (p.kl != XENT_RL_KL_NONE)
         xr_in_order(0, p.T, tile, [&](int64_t t) {
             xr_tv v;
-            v.counted = xr_counted(p.mask, t);
+            v.counted = xent__rl_counted(p.mask, t);
             v.l = 0.0;
             v.k = v.counted ? p.tok_k[t] : 0.0;
             v.fl = 0;
@@ -958,18 +927,18 @@ __global__ void xr_k_loss_final(xr_loss_p p, const double *contrib, const ull *c
 /* The CPU's check_needs. */
 static xent_status xr_needs(const xent_rl_input *in, const xent_rl_loss_opts *o) {
     if (o->loss != XENT_RL_LOSS_REINFORCE && !in->lp_old)
-        return xent__fail(XENT_ERR_NULL, "in->lp_old is NULL: %s needs the old log-probs",
+        return xent_set_error(XENT_ERR_NULL, "in->lp_old is NULL: %s needs the old log-probs",
                           o->loss == XENT_RL_LOSS_PPO     ? "PPO"
                           : o->loss == XENT_RL_LOSS_CISPO ? "CISPO"
                                                           : "GSPO");
     if (o->tis != XENT_RL_TIS_OFF && !in->lp_sampler)
-        return xent__fail(XENT_ERR_VALUE,
+        return xent_set_error(XENT_ERR_VALUE,
                           "opts->tis = %d but in->lp_sampler is NULL: truncated importance "
                           "sampling needs the sampler's log-probs (no fall-back to the policy "
                           "ratio)",
                           (int)o->tis);
     if (o->kl != XENT_RL_KL_NONE && !in->lp_ref)
-        return xent__fail(XENT_ERR_NULL, "opts->kl = %d but in->lp_ref is NULL", (int)o->kl);
+        return xent_set_error(XENT_ERR_NULL, "opts->kl = %d but in->lp_ref is NULL", (int)o->kl);
     return XENT_OK;
 }
 
@@ -978,10 +947,10 @@ static const char *const xr_lp_names[4] = {"in->lp_new", "in->lp_old", "in->lp_s
 
 /* Host checks of T, nseq and offsets (before anything reads them). */
 static xent_status xr_layout_host(const xent_rl_input *in) {
-    if (in->T < 0) return xent__fail(XENT_ERR_SHAPE, "in->T = %lld < 0", (long long)in->T);
+    if (in->T < 0) return xent_set_error(XENT_ERR_SHAPE, "in->T = %lld < 0", (long long)in->T);
     if (in->nseq < 0)
-        return xent__fail(XENT_ERR_SHAPE, "in->nseq = %lld < 0", (long long)in->nseq);
-    if (!in->offsets) return xent__fail(XENT_ERR_NULL, "in->offsets is NULL");
+        return xent_set_error(XENT_ERR_SHAPE, "in->nseq = %lld < 0", (long long)in->nseq);
+    if (!in->offsets) return xent_set_error(XENT_ERR_NULL, "in->offsets is NULL");
     return XENT_OK;
 }
 
@@ -1002,7 +971,7 @@ static xent_status xr_input_fail(const xr_ctx *c, const xent_rl_input *in, int n
     xent_status st = xr_offsets_fail(c, "in->offsets", in->offsets, in->nseq, in->T);
     if (st == XENT_OK) st = xr_mask_fail(c, "in->mask", in->mask);
     if (st == XENT_OK && needs) st = xr_needs(in, needs);
-    if (st == XENT_OK && !in->lp_new) st = xent__fail(XENT_ERR_NULL, "in->lp_new is NULL");
+    if (st == XENT_OK && !in->lp_new) st = xent_set_error(XENT_ERR_NULL, "in->lp_new is NULL");
     for (int k = 0; k < nlp && st == XENT_OK; k++)
         if (arrs[k]) st = xr_lp_fail(c, k, xr_lp_names[k], arrs[k], k > 0, zrl);
     return st;
@@ -1061,7 +1030,7 @@ extern "C" xent_status xent_cuda_rl_policy_loss(const xent_rl_input *in,
                                                 float *token_loss, float *grad,
                                                 xent_rl_loss_stats *stats, void *stream) {
     if (!in || !opts)
-        return xent__fail(XENT_ERR_NULL, "xent_cuda_rl_policy_loss: %s is NULL",
+        return xent_set_error(XENT_ERR_NULL, "xent_cuda_rl_policy_loss: %s is NULL",
                           !in ? "in" : "opts");
     int64_t off0 = 0;
     float one = -1.0f;
@@ -1082,9 +1051,9 @@ extern "C" xent_status xent_cuda_rl_policy_loss(const xent_rl_input *in,
     if ((st = xr_sync_rec(&c)) == XENT_OK)
         st = xr_input_fail(&c, in, 4, opts->zero_run_limit, opts);
     if (st == XENT_OK && !in->advantages)
-        st = xent__fail(XENT_ERR_NULL, "in->advantages is NULL");
+        st = xent_set_error(XENT_ERR_NULL, "in->advantages is NULL");
     if (st == XENT_OK && !layout_ok)
-        st = xent__fail(XENT_ERR_VALUE,
+        st = xent_set_error(XENT_ERR_VALUE,
                         "in->adv_layout = %d: set XENT_RL_ADV_PER_SEQUENCE or "
                         "XENT_RL_ADV_PER_TOKEN",
                         (int)in->adv_layout);
@@ -1124,7 +1093,7 @@ __global__ void xr_k_kl(int kind, const float *lp_new, const float *lp_ref, int6
     XR_LOOP(t, T) {
         double k = 0.0, dk = 0.0;
         int hit = 0;
-        if (xr_counted(mask, t)) k = xr_kl_term(kind, lp_new[t], lp_ref[t], C, &dk, &hit);
+        if (xent__rl_counted(mask, t)) k = xr_kl_term(kind, lp_new[t], lp_ref[t], C, &dk, &hit);
         nc += hit;
         if (kl) kl[t] = (float)k;
         if (dkl) dkl[t] = (float)dk;
@@ -1137,14 +1106,14 @@ extern "C" xent_status xent_cuda_rl_kl_estimate(xent_rl_kl kind, const float *lp
                                                 const uint8_t *mask, double log_ratio_clamp,
                                                 float *kl, float *dkl, int64_t *n_clamped,
                                                 void *stream) {
-    if (T < 0) return xent__fail(XENT_ERR_SHAPE, "T = %lld < 0", (long long)T);
+    if (T < 0) return xent_set_error(XENT_ERR_SHAPE, "T = %lld < 0", (long long)T);
     if ((unsigned)kind > XENT_RL_KL_K3 || kind == XENT_RL_KL_NONE)
-        return xent__fail(XENT_ERR_VALUE, "kind = %d: use XENT_RL_KL_K1, K2 or K3", (int)kind);
+        return xent_set_error(XENT_ERR_VALUE, "kind = %d: use XENT_RL_KL_K1, K2 or K3", (int)kind);
     if (!(log_ratio_clamp > 0.0) || !(log_ratio_clamp <= 80.0))
-        return xent__fail(XENT_ERR_VALUE, "log_ratio_clamp = %g must be in (0, 80]",
+        return xent_set_error(XENT_ERR_VALUE, "log_ratio_clamp = %g must be in (0, 80]",
                           log_ratio_clamp);
     if (T > 0 && (!lp_new || !lp_ref))
-        return xent__fail(XENT_ERR_NULL, "%s is NULL", !lp_new ? "lp_new" : "lp_ref");
+        return xent_set_error(XENT_ERR_NULL, "%s is NULL", !lp_new ? "lp_new" : "lp_ref");
     xr_ctx c;
     xent_status st = xr_begin(&c, stream, 0);
     if (st != XENT_OK) return xr_end(&c, st);
@@ -1201,15 +1170,15 @@ __global__ void xr_k_diag(xr_diag_p p, xent_rl_diag *o) {
         int hit;
         v.r = v.w = v.lw = v.k3 = 0.0;
         v.fl = 0;
-        v.counted = xr_counted(p.mask, t);
+        v.counted = xent__rl_counted(p.mask, t);
         if (v.counted && p.lp_old) {
-            v.r = xc_dexp(xr_clamp(xr_logdiff(p.lp_new[t], p.lp_old[t]), p.C, &hit));
+            v.r = xc_dexp(xent__rl_clamp(xent__rl_logdiff(p.lp_new[t], p.lp_old[t]), p.C, &hit));
             v.fl |= hit ? 1u : 0u;
         }
         if (v.counted && p.lp_smp) {
-            v.lw = xr_clamp(xr_logdiff(p.lp_trn[t], p.lp_smp[t]), p.C, &hit);
+            v.lw = xent__rl_clamp(xent__rl_logdiff(p.lp_trn[t], p.lp_smp[t]), p.C, &hit);
             v.w = xc_dexp(v.lw);
-            v.k3 = xr_k3(v.lw);
+            v.k3 = xent__rl_k3(v.lw);
             v.fl |= hit ? 2u : 0u;
         }
         return v;
@@ -1268,7 +1237,7 @@ extern "C" xent_status xent_cuda_rl_diagnostics(const xent_rl_input *in,
                                                 const xent_rl_loss_opts *opts,
                                                 xent_rl_diag *out, void *stream) {
     if (!in || !opts || !out)
-        return xent__fail(XENT_ERR_NULL, "xent_cuda_rl_diagnostics: %s is NULL",
+        return xent_set_error(XENT_ERR_NULL, "xent_cuda_rl_diagnostics: %s is NULL",
                           !in ? "in" : !opts ? "opts" : "out");
     int64_t off0 = 0;
     float one = -1.0f;
@@ -1277,9 +1246,9 @@ extern "C" xent_status xent_cuda_rl_diagnostics(const xent_rl_input *in,
     xent_status st = xent_rl_diagnostics(&e, opts, &tmp);
     if (st != XENT_OK) return st;
     if (in->T < 0 || in->nseq < 0)
-        return xent__fail(XENT_ERR_SHAPE, "in->T = %lld, in->nseq = %lld: must be >= 0",
+        return xent_set_error(XENT_ERR_SHAPE, "in->T = %lld, in->nseq = %lld: must be >= 0",
                           (long long)in->T, (long long)in->nseq);
-    if (!in->offsets) return xent__fail(XENT_ERR_NULL, "in->offsets is NULL");
+    if (!in->offsets) return xent_set_error(XENT_ERR_NULL, "in->offsets is NULL");
     xr_ctx c;
     if ((st = xr_begin(&c, stream, sizeof(xent_rl_diag))) != XENT_OK) return xr_end(&c, st);
     xr_scan_input(&c, in, 3, opts->zero_run_limit);
@@ -1336,12 +1305,12 @@ extern "C" xent_status xent_cuda_rl_check_logprobs(const char *name, const float
         report->first_nan = report->first_positive = report->first_neg_inf = -1;
         report->first_zero_run = -1;
     }
-    if (T < 0) return xent__fail(XENT_ERR_SHAPE, "%s: T = %lld < 0", name, (long long)T);
-    if (!lp && T > 0) return xent__fail(XENT_ERR_NULL, "%s is NULL", name);
+    if (T < 0) return xent_set_error(XENT_ERR_SHAPE, "%s: T = %lld < 0", name, (long long)T);
+    if (!lp && T > 0) return xent_set_error(XENT_ERR_NULL, "%s is NULL", name);
     if (nseq < 0)
-        return xent__fail(XENT_ERR_SHAPE, "%s: nseq = %lld < 0", name, (long long)nseq);
+        return xent_set_error(XENT_ERR_SHAPE, "%s: nseq = %lld < 0", name, (long long)nseq);
     if (zero_run_limit < 0)
-        return xent__fail(XENT_ERR_VALUE, "zero_run_limit = %lld < 0", (long long)zero_run_limit);
+        return xent_set_error(XENT_ERR_VALUE, "zero_run_limit = %lld < 0", (long long)zero_run_limit);
     xr_ctx c;
     xent_status st = xr_begin(&c, stream, 0);
     if (st != XENT_OK) return xr_end(&c, st);

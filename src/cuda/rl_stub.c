@@ -1,9 +1,9 @@
 /* src/cuda/rl_stub.c: the xent_cuda_rl_* entry points of a build without
  * CUDA (compiled only when nvcc is absent, see mk/cuda.mk). */
-#include "xent_internal.h"
+#include "core/xent_internal.h"
 
 static xent_status rl_unsupported(const char *fn) {
-    return xent__fail(XENT_ERR_UNSUPPORTED,
+    return xent_set_error(XENT_ERR_UNSUPPORTED,
                       "%s: this build has no CUDA support (nvcc was not found)", fn);
 }
 

@@ -1,17 +1,13 @@
 /* src/cuda/stub.c: the xent_cuda_* entry points of a build without CUDA
  * (compiled only when nvcc is absent, see mk/cuda.mk). */
-#include "xent_internal.h"
-#include "model/gemm_device.h"
+#include "core/xent_internal.h"
 
 static xent_status xc_unsupported(const char *fn) {
-    return xent__fail(XENT_ERR_UNSUPPORTED, "%s: this build has no CUDA support (nvcc was not found)", fn);
+    return xent_set_error(XENT_ERR_UNSUPPORTED, "%s: this build has no CUDA support (nvcc was not found)", fn);
 }
 
 int xent_cuda_device_count(void) { return 0; }
 
-void xent__cuda_group_counts(unsigned long long *ran, unsigned long long *declined) {
-    *ran = *declined = 0;
-}
 
 int xent_cuda_set_label_check(int on) {
     (void)on;
@@ -93,10 +89,9 @@ xent_status xent_cuda_linear_backward(const xent_linear_input *in, const xent_ce
     return xc_unsupported("xent_cuda_linear_backward");
 }
 
-xent_status xent__gemm_device(int ta, int tb, int64_t M, int64_t N, int64_t K, float alpha,
-                              const float *A, int64_t lda, const float *B, int64_t ldb,
-                              float beta, float *C, int64_t ldc, xent_dtype hint) {
-    (void)ta; (void)tb; (void)M; (void)N; (void)K; (void)alpha; (void)A; (void)lda;
-    (void)B; (void)ldb; (void)beta; (void)C; (void)ldc; (void)hint;
-    return xc_unsupported("--device cuda (model products on the GPU)");
+
+xent_status xent_cuda_sampler_logprobs(const xent_ce_input *in, const xent_sampler_opts *opts,
+                                       xent_sampler_output *out, void *stream) {
+    (void)in; (void)opts; (void)out; (void)stream;
+    return xc_unsupported("xent_cuda_sampler_logprobs");
 }

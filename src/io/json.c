@@ -12,13 +12,13 @@ typedef struct parser {
     size_t len, pos;
     int depth;
     const char *what; /* for messages: the file                            */
-    xent__json *j;
+    xent_json *j;
     xent_status err;
 } parser;
 
 static xent_status perr(parser *ps, const char *msg) {
     if (ps->err == XENT_OK)
-        ps->err = xent__fail(XENT_ERR_FORMAT, "%s: bad JSON header at byte %zu: %s",
+        ps->err = xent_set_error(XENT_ERR_FORMAT, "%s: bad JSON header at byte %zu: %s",
                              ps->what, ps->pos, msg);
     return ps->err;
 }
@@ -32,24 +32,24 @@ static void skip_ws(parser *ps) {
 }
 
 /* Appends a node; returns its index or -1 (out of memory). */
-static int64_t new_node(parser *ps, xent__jtype t) {
-    xent__json *j = ps->j;
+static int64_t new_node(parser *ps, xent_json_type t) {
+    xent_json *j = ps->j;
     if (j->n >= XENT__JSON_MAX_NODES) {
         perr(ps, "more JSON values than the limit of 4194304");
         return -1;
     }
     if (j->n == j->cap) {
         int64_t cap = j->cap ? j->cap * 2 : 64;
-        xent__jnode *nn = realloc(j->nodes, (size_t)cap * sizeof *nn);
+        xent_json_node *nn = realloc(j->nodes, (size_t)cap * sizeof *nn);
         if (!nn) {
             if (ps->err == XENT_OK)
-                ps->err = xent__fail(XENT_ERR_ALLOC, "%s: out of memory parsing the header", ps->what);
+                ps->err = xent_set_error(XENT_ERR_ALLOC, "%s: out of memory parsing the header", ps->what);
             return -1;
         }
         j->nodes = nn;
         j->cap = cap;
     }
-    xent__jnode *n = &j->nodes[j->n];
+    xent_json_node *n = &j->nodes[j->n];
     memset(n, 0, sizeof *n);
     n->type = t;
     n->first = n->next = -1;
@@ -114,12 +114,12 @@ static size_t utf8_len(const unsigned char *s, size_t n) {
 
 /* Parses a string at pos (on the opening quote) into the string buffer. */
 static int parse_string(parser *ps, const char **out, size_t *out_len) {
-    xent__json *j = ps->j;
+    xent_json *j = ps->j;
     ps->pos++; /* opening quote */
     /* the decoded string is at most as long as the rest of the input */
     size_t need = j->strlen_ + (ps->len - ps->pos) + 1;
     if (need > j->strcap) {
-        /* strbuf is sized once to the whole input in xent__json_parse */
+        /* strbuf is sized once to the whole input in xent_json_parse */
         perr(ps, "internal string buffer too small");
         return 0;
     }
@@ -219,7 +219,7 @@ static int64_t parse_value(parser *ps);
 
 /* Links child after prev (or as parent's first child). */
 static void link_child(parser *ps, int64_t parent, int64_t *prev, int64_t child) {
-    xent__jnode *nodes = ps->j->nodes;
+    xent_json_node *nodes = ps->j->nodes;
     if (*prev < 0) nodes[parent].first = child;
     else nodes[*prev].next = child;
     *prev = child;
@@ -279,14 +279,14 @@ static int64_t parse_value(parser *ps) {
     case '{':
     case '[':
         if (ps->depth >= XENT__JSON_MAX_DEPTH) { perr(ps, "nested too deeply"); return -1; }
-        node = new_node(ps, c == '{' ? XENT__J_OBJ : XENT__J_ARR);
+        node = new_node(ps, c == '{' ? XENT_JSON_OBJ : XENT_JSON_ARR);
         if (node < 0) return -1;
         ps->depth++;
         node = c == '{' ? parse_object(ps, node) : parse_array(ps, node);
         ps->depth--;
         return node;
     case '"':
-        node = new_node(ps, XENT__J_STR);
+        node = new_node(ps, XENT_JSON_STR);
         if (node < 0) return -1;
         {
             const char *s;
@@ -296,12 +296,12 @@ static int64_t parse_value(parser *ps) {
             ps->j->nodes[node].len = n;
         }
         return node;
-    case 't': node = new_node(ps, XENT__J_TRUE); return node >= 0 && parse_literal(ps, "true") ? node : -1;
-    case 'f': node = new_node(ps, XENT__J_FALSE); return node >= 0 && parse_literal(ps, "false") ? node : -1;
-    case 'n': node = new_node(ps, XENT__J_NULL); return node >= 0 && parse_literal(ps, "null") ? node : -1;
+    case 't': node = new_node(ps, XENT_JSON_TRUE); return node >= 0 && parse_literal(ps, "true") ? node : -1;
+    case 'f': node = new_node(ps, XENT_JSON_FALSE); return node >= 0 && parse_literal(ps, "false") ? node : -1;
+    case 'n': node = new_node(ps, XENT_JSON_NULL); return node >= 0 && parse_literal(ps, "null") ? node : -1;
     default:
         if (c == '-' || (c >= '0' && c <= '9')) {
-            node = new_node(ps, XENT__J_NUM);
+            node = new_node(ps, XENT_JSON_NUM);
             return node >= 0 && parse_number(ps, node) ? node : -1;
         }
         perr(ps, "unexpected character");
@@ -309,13 +309,13 @@ static int64_t parse_value(parser *ps) {
     }
 }
 
-xent_status xent__json_parse(const char *text, size_t len, const char *what,
-                             xent__json *out) {
-    xent__json j;
+xent_status xent_json_parse(const char *text, size_t len, const char *what,
+                             xent_json *out) {
+    xent_json j;
     memset(&j, 0, sizeof j);
     j.strcap = len + 1;
     j.strbuf = malloc(j.strcap);
-    if (!j.strbuf) return xent__fail(XENT_ERR_ALLOC, "%s: out of memory for a %zu-byte header", what, len);
+    if (!j.strbuf) return xent_set_error(XENT_ERR_ALLOC, "%s: out of memory for a %zu-byte header", what, len);
     parser ps = {text, len, 0, 0, what, &j, XENT_OK};
     int64_t root = parse_value(&ps);
     if (root >= 0) {
@@ -323,33 +323,33 @@ xent_status xent__json_parse(const char *text, size_t len, const char *what,
         if (ps.pos != len) perr(&ps, "trailing characters after the value");
     }
     if (ps.err != XENT_OK) {
-        xent__json_free(&j);
+        xent_json_free(&j);
         return ps.err;
     }
     *out = j;
     return XENT_OK;
 }
 
-void xent__json_free(xent__json *j) {
+void xent_json_free(xent_json *j) {
     if (!j) return;
     free(j->nodes);
     free(j->strbuf);
     memset(j, 0, sizeof *j);
 }
 
-const xent__jnode *xent__json_get(const xent__json *j, const xent__jnode *obj,
+const xent_json_node *xent_json_get(const xent_json *j, const xent_json_node *obj,
                                   const char *key) {
-    if (!obj || obj->type != XENT__J_OBJ) return NULL;
+    if (!obj || obj->type != XENT_JSON_OBJ) return NULL;
     size_t kl = strlen(key);
     for (int64_t c = obj->first; c >= 0; c = j->nodes[c].next) {
-        const xent__jnode *n = &j->nodes[c];
+        const xent_json_node *n = &j->nodes[c];
         if (n->key_len == kl && memcmp(n->key, key, kl) == 0) return n;
     }
     return NULL;
 }
 
-int xent__json_uint(const xent__jnode *n, int64_t *out) {
-    if (!n || n->type != XENT__J_NUM || n->len == 0 || n->len > 19) return 0;
+int xent_json_uint(const xent_json_node *n, int64_t *out) {
+    if (!n || n->type != XENT_JSON_NUM || n->len == 0 || n->len > 19) return 0;
     uint64_t v = 0;
     for (size_t i = 0; i < n->len; i++) {
         char c = n->str[i];

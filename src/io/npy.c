@@ -28,7 +28,7 @@ typedef struct lex {
 } lex;
 
 static xent_status lerr(const lex *L, const char *msg) {
-    return xent__fail(XENT_ERR_FORMAT, "%s: bad .npy header at character %zu: %s", L->s->path, L->i, msg);
+    return xent_set_error(XENT_ERR_FORMAT, "%s: bad .npy header at character %zu: %s", L->s->path, L->i, msg);
 }
 
 static void ws(lex *L) {
@@ -105,7 +105,7 @@ static xent_status parse_header(lex *L, npy_hdr *h) {
         if (!strcmp(key, "descr")) {
             if (h->have_descr++) return lerr(L, "duplicate 'descr'");
             if (peek(L) == '[')
-                return xent__fail(XENT_ERR_DTYPE, "%s: structured .npy arrays are not supported", L->s->path);
+                return xent_set_error(XENT_ERR_DTYPE, "%s: structured .npy arrays are not supported", L->s->path);
             if ((st = lex_str(L, h->descr, sizeof h->descr))) return st;
         } else if (!strcmp(key, "fortran_order")) {
             if (h->have_fortran++) return lerr(L, "duplicate 'fortran_order'");
@@ -138,7 +138,7 @@ static xent_status map_descr(const xent__src *s, const char *d, xent_dtype *out)
     };
     char order = d[0];
     if (order == '>')
-        return xent__fail(XENT_ERR_DTYPE, "%s: big-endian dtype '%s' is not supported "
+        return xent_set_error(XENT_ERR_DTYPE, "%s: big-endian dtype '%s' is not supported "
                           "(save little-endian: arr.astype(arr.dtype.newbyteorder('<')))", s->path, d);
     if (order == '<' || order == '|' || order == '=') {
         for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++)
@@ -147,22 +147,32 @@ static xent_status map_descr(const xent__src *s, const char *d, xent_dtype *out)
                 return XENT_OK;
             }
     }
-    return xent__fail(XENT_ERR_DTYPE, "%s: unsupported .npy dtype '%s' (supported: <f4 <f2 <f8 <i4 <i8 |u1)",
-                      s->path, d);
+    /* numpy has no bfloat16: ml_dtypes.bfloat16 arrays are saved with the
+     * little-endian 2-byte void descr '<V2' */
+    if (!strcmp(d, "<V2")) {
+        *out = XENT_BF16;
+        return XENT_OK;
+    }
+    if (!strcmp(d + 1, "V2"))
+        return xent_set_error(XENT_ERR_DTYPE, "%s: .npy dtype '%s' is a raw 2-byte type; a bfloat16 "
+                              "array (ml_dtypes.bfloat16) is saved as '<V2': save "
+                              "arr.astype(ml_dtypes.bfloat16) or arr.astype(np.float32)", s->path, d);
+    return xent_set_error(XENT_ERR_DTYPE, "%s: unsupported .npy dtype '%s' (supported: <f4 <f2 <f8 <i4 <i8 |u1, "
+                      "and <V2 as bfloat16)", s->path, d);
 }
 
 xent_status xent__npy_load(const xent__src *s, xent_tensor *out) {
     unsigned char pre[12];
     if (s->size < 10)
-        return xent__fail(XENT_ERR_FORMAT, "%s: truncated: %llu bytes is too short for a .npy file",
+        return xent_set_error(XENT_ERR_FORMAT, "%s: truncated: %llu bytes is too short for a .npy file",
                           s->path, (unsigned long long)s->size);
     xent_status st = xent__src_read(s, 0, pre, 10);
     if (st) return st;
     if (memcmp(pre, "\x93NUMPY", 6) != 0)
-        return xent__fail(XENT_ERR_FORMAT, "%s: bad .npy magic (expected \\x93NUMPY)", s->path);
+        return xent_set_error(XENT_ERR_FORMAT, "%s: bad .npy magic (expected \\x93NUMPY)", s->path);
     int major = pre[6], minor = pre[7];
     if (major < 1 || major > 3 || minor != 0)
-        return xent__fail(XENT_ERR_FORMAT, "%s: unsupported .npy version %d.%d (1.0, 2.0, 3.0 are read)",
+        return xent_set_error(XENT_ERR_FORMAT, "%s: unsupported .npy version %d.%d (1.0, 2.0, 3.0 are read)",
                           s->path, major, minor);
     uint64_t hlen, pre_len = major == 1 ? 10 : 12;
     if (major == 1) hlen = (uint64_t)pre[8] | (uint64_t)pre[9] << 8;
@@ -171,13 +181,13 @@ xent_status xent__npy_load(const xent__src *s, xent_tensor *out) {
         hlen = (uint64_t)pre[8] | (uint64_t)pre[9] << 8 | (uint64_t)pre[10] << 16 | (uint64_t)pre[11] << 24;
     }
     if (hlen > s->size - pre_len)
-        return xent__fail(XENT_ERR_FORMAT, "%s: header length %llu runs past the end of the file (%llu bytes)",
+        return xent_set_error(XENT_ERR_FORMAT, "%s: header length %llu runs past the end of the file (%llu bytes)",
                           s->path, (unsigned long long)hlen, (unsigned long long)s->size);
     if (hlen > NPY_MAX_HEADER)
-        return xent__fail(XENT_ERR_FORMAT, "%s: header length %llu exceeds the limit of %llu bytes",
+        return xent_set_error(XENT_ERR_FORMAT, "%s: header length %llu exceeds the limit of %llu bytes",
                           s->path, (unsigned long long)hlen, (unsigned long long)NPY_MAX_HEADER);
     char *text = malloc((size_t)hlen + 1);
-    if (!text) return xent__fail(XENT_ERR_ALLOC, "%s: out of memory", s->path);
+    if (!text) return xent_set_error(XENT_ERR_ALLOC, "%s: out of memory", s->path);
     npy_hdr h;
     st = xent__src_read(s, pre_len, text, hlen);
     if (!st) {
@@ -187,16 +197,16 @@ xent_status xent__npy_load(const xent__src *s, xent_tensor *out) {
     free(text);
     if (st) return st;
     if (h.fortran)
-        return xent__fail(XENT_ERR_FORMAT, "%s: fortran_order arrays are not supported "
+        return xent_set_error(XENT_ERR_FORMAT, "%s: fortran_order arrays are not supported "
                           "(save with np.ascontiguousarray)", s->path);
     xent_dtype dt = XENT_F32;
     if ((st = map_descr(s, h.descr, &dt))) return st;
     int64_t numel, nbytes;
     if ((st = xent__shape_numel(s, "", h.shape, h.ndim, &numel))) return st;
     if (!xent__mul_i64(numel, (int64_t)xent_dtype_size(dt), &nbytes))
-        return xent__fail(XENT_ERR_FORMAT, "%s: the shape's byte size overflows", s->path);
+        return xent_set_error(XENT_ERR_FORMAT, "%s: the shape's byte size overflows", s->path);
     if ((uint64_t)nbytes > s->size - pre_len - hlen)
-        return xent__fail(XENT_ERR_FORMAT, "%s: truncated: the shape needs %lld data bytes, the file has %llu",
+        return xent_set_error(XENT_ERR_FORMAT, "%s: truncated: the shape needs %lld data bytes, the file has %llu",
                           s->path, (long long)nbytes, (unsigned long long)(s->size - pre_len - hlen));
     xent_tensor t;
     memset(&t, 0, sizeof t);
@@ -205,7 +215,7 @@ xent_status xent__npy_load(const xent__src *s, xent_tensor *out) {
     memcpy(t.shape, h.shape, sizeof t.shape);
     t.nbytes = (size_t)nbytes;
     t.data = malloc(t.nbytes ? t.nbytes : 1);
-    if (!t.data) return xent__fail(XENT_ERR_ALLOC, "%s: out of memory for %zu bytes", s->path, t.nbytes);
+    if (!t.data) return xent_set_error(XENT_ERR_ALLOC, "%s: out of memory for %zu bytes", s->path, t.nbytes);
     if ((st = xent__src_read(s, pre_len + hlen, t.data, t.nbytes))) { free(t.data); return st; }
     *out = t;
     return XENT_OK;
@@ -237,7 +247,7 @@ static int write_bf16_as_f32(FILE *f, const uint16_t *src, size_t n) {
     return 1;
 }
 
-xent_status xent__npy_save(const char *path, const xent_tensor *t) {
+int xent__npy_write(FILE *f, const xent_tensor *t) {
     char hdr[512];
     int len = snprintf(hdr, sizeof hdr, "{'descr': '%s', 'fortran_order': False, 'shape': (",
                        npy_descr(t->dtype));
@@ -254,13 +264,18 @@ xent_status xent__npy_save(const char *path, const xent_tensor *t) {
     hdr[len++] = '\n';
     unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0,
                              (unsigned char)(len & 0xFF), (unsigned char)(len >> 8)};
-    char *tmpname = NULL;
-    FILE *f = xent__tmp_open(path, &tmpname);
-    if (!f) return XENT_ERR_IO;
     int ok = fwrite(pre, 1, 10, f) == 10 && fwrite(hdr, 1, (size_t)len, f) == (size_t)len;
     if (ok && t->nbytes) {
         if (t->dtype == XENT_BF16) ok = write_bf16_as_f32(f, t->data, t->nbytes / 2);
         else ok = fwrite(t->data, 1, t->nbytes, f) == t->nbytes;
     }
-    return xent__tmp_close(f, tmpname, path, ok);
+    return ok;
+}
+
+xent_status xent__npy_save(const char *path, const xent_tensor *t) {
+    char *tmpname = NULL;
+    FILE *f = xent_file_create(path, &tmpname);
+    if (!f) return XENT_ERR_IO;
+    int ok = xent__npy_write(f, t);
+    return xent_file_commit(f, tmpname, path, ok);
 }

@@ -44,7 +44,7 @@ struct xent_model_ws {
     int32_t *lab;       /* [B*S]                                            */
     double *rw;         /* [B*S]                                            */
     float *logprob;     /* [B*S]                                            */
-    float *rope;        /* [2, S, hd/2]                                     */
+    float *rope;        /* [2, 2, S, hd/2] global and sliding layers' tables */
     float **layer_out;  /* [L] record pointers                              */
     /* The forward through the layers in the arena (reused by the next run
      * when tokens, weights dtype and the body's dtypes are the same, as for
@@ -93,14 +93,14 @@ static int64_t ws_plan(xent_model_ws *ws, float *base, int64_t Bfull,
 
 xent_status xent_model_ws_new(const xent_model *m, int64_t B, int64_t S,
                               int record, xent_model_ws **out) {
-    if (!m || !out) return xent__fail(XENT_ERR_NULL, "model_ws_new: NULL");
+    if (!m || !out) return xent_set_error(XENT_ERR_NULL, "model_ws_new: NULL");
     if (B <= 0 || S <= 0 || B > ((int64_t)1 << 30) / S)
-        return xent__fail(XENT_ERR_SHAPE, "model_ws_new: B = %lld, S = %lld",
+        return xent_set_error(XENT_ERR_SHAPE, "model_ws_new: B = %lld, S = %lld",
                           (long long)B, (long long)S);
     const xent_model_config *cfg = &m->cfg;
     int64_t L = cfg->n_layers, T = B * S, nw = xent_model_n_weights(m);
     xent_model_ws *ws = calloc(1, sizeof *ws);
-    if (!ws) return xent__fail(XENT_ERR_ALLOC, "model workspace");
+    if (!ws) return xent_set_error(XENT_ERR_ALLOC, "model workspace");
     ws->m = m;
     ws->B = B;
     ws->S = S;
@@ -116,7 +116,7 @@ xent_status xent_model_ws_new(const xent_model *m, int64_t B, int64_t S,
     ws->rw = malloc((size_t)T * sizeof *ws->rw);
     ws->logprob = malloc((size_t)T * sizeof *ws->logprob);
     ws->fwd_tok = malloc((size_t)T * sizeof *ws->fwd_tok);
-    ws->rope = malloc((size_t)(S * cfg->head_dim) * sizeof(float));
+    ws->rope = malloc((size_t)(2 * S * cfg->head_dim) * sizeof(float));
     ws->grads = big_alloc((size_t)nw * sizeof(float));
     xm_ctx c;
     ws->cap = ws_plan(ws, NULL, B, 0, B, S, ws->record, &c);
@@ -125,7 +125,7 @@ xent_status xent_model_ws_new(const xent_model *m, int64_t B, int64_t S,
         !ws->gmbp || !ws->wptr || !ws->lab || !ws->rw || !ws->logprob ||
         !ws->rope || !ws->grads || !ws->arena || !ws->fwd_tok) {
         xent_model_ws_free(ws);
-        return xent__fail(XENT_ERR_ALLOC,
+        return xent_set_error(XENT_ERR_ALLOC,
                           "model workspace: %lld floats for B = %lld, S = "
                           "%lld", (long long)ws->cap, (long long)B,
                           (long long)S);
@@ -146,7 +146,7 @@ xent_status xent__model_targets(const xent_model *m,
     int64_t T = o->B * o->S, V = m->cfg.vocab, n = 0;
     for (int64_t t = 0; t < T; t++)
         if (o->tokens[t] < 0 || o->tokens[t] >= V)
-            return xent__fail(XENT_ERR_LABEL,
+            return xent_set_error(XENT_ERR_LABEL,
                               "tokens[%lld] = %d is outside [0, %lld)",
                               (long long)t, o->tokens[t], (long long)V);
     for (int64_t t = 0; t < T; t++) {
@@ -154,11 +154,11 @@ xent_status xent__model_targets(const xent_model *m,
         if (o->labels) y = o->labels[t];
         else y = (t % o->S == o->S - 1) ? -100 : o->tokens[t + 1];
         if (y != -100 && (y < 0 || y >= V))
-            return xent__fail(XENT_ERR_LABEL,
+            return xent_set_error(XENT_ERR_LABEL,
                               "labels[%lld] = %d is outside [0, %lld)",
                               (long long)t, y, (long long)V);
         if (o->advantages && y != -100 && !isfinite(o->advantages[t]))
-            return xent__fail(XENT_ERR_VALUE, "advantages[%lld] = %g",
+            return xent_set_error(XENT_ERR_VALUE, "advantages[%lld] = %g",
                               (long long)t, (double)o->advantages[t]);
         lab[t] = y < 0 ? -100 : y;
         n += y >= 0;
@@ -178,7 +178,7 @@ static xent_status loss_step(xm_ctx *c, int backward) {
     float *nll = malloc((size_t)T * sizeof(float)); /* [T] */
     if (!gr || !nll) {
         free(gr), free(nll);
-        return xent__fail(XENT_ERR_ALLOC, "model loss: %lld rows",
+        return xent_set_error(XENT_ERR_ALLOC, "model loss: %lld rows",
                           (long long)T);
     }
     for (int64_t t = 0; t < T; t++) gr[t] = (float)c->rw[t];
@@ -198,7 +198,7 @@ static xent_status loss_step(xm_ctx *c, int backward) {
         st = xent_ce(&in, &o, &out);
     } else {
         float *row = malloc((size_t)V * sizeof(float)); /* [V] */
-        if (!row) st = xent__fail(XENT_ERR_ALLOC, "model loss: row");
+        if (!row) st = xent_set_error(XENT_ERR_ALLOC, "model loss: row");
         for (int64_t t = 0; row && t < T; t++) {
             float *z = c->logits + t * V, *d = c->dlogits + t * V;
             if (c->lab[t] < 0) {
@@ -240,7 +240,7 @@ static void rcopy_range(void *vj, int64_t i0, int64_t i1) {
 static void round_copy(float *dst, const float *src, int64_t n,
                        xent_dtype t, int threads) {
     rcopy_job j = {dst, src, t};
-    xent__parallel_for(n, n < ((int64_t)1 << 20) ? 1 : threads, rcopy_range,
+    xent_parallel_for(n, n < ((int64_t)1 << 20) ? 1 : threads, rcopy_range,
                        &j);
 }
 
@@ -255,7 +255,7 @@ static xent_status ws_weights(xent_model_ws *ws, const xent_precision *p,
         for (int i = 0; i < m->n_params; i++) ws->wptr[i] = m->params[i].w;
     } else {
         if (!ws->wc) ws->wc = big_alloc((size_t)nw * sizeof(float));
-        if (!ws->wc) return xent__fail(XENT_ERR_ALLOC, "model: weight copy");
+        if (!ws->wc) return xent_set_error(XENT_ERR_ALLOC, "model: weight copy");
         int64_t off = 0;
         for (int i = 0; i < m->n_params; i++) {
             ws->wptr[i] = ws->wc + off;
@@ -272,7 +272,7 @@ static xent_status ws_weights(xent_model_ws *ws, const xent_precision *p,
         *whead = m->params[ih].w;
     } else {
         if (!ws->whead) ws->whead = big_alloc((size_t)(V * D) * sizeof(float));
-        if (!ws->whead) return xent__fail(XENT_ERR_ALLOC, "model: head copy");
+        if (!ws->whead) return xent_set_error(XENT_ERR_ALLOC, "model: head copy");
         if (ws->whead_dt != p->lm_head) {
             round_copy(ws->whead, m->params[ih].w, V * D, p->lm_head, thr);
             ws->whead_dt = p->lm_head;
@@ -290,15 +290,15 @@ static xent_status check_run(const xent_model *m, const xent_model_ws *ws,
                              const xent_precision *p,
                              const xent_model_run_opts *o) {
     if (!m || !ws || !p || !o || !o->tokens)
-        return xent__fail(XENT_ERR_NULL, "model_run: NULL argument");
+        return xent_set_error(XENT_ERR_NULL, "model_run: NULL argument");
     if (ws->m != m)
-        return xent__fail(XENT_ERR_VALUE,
+        return xent_set_error(XENT_ERR_VALUE,
                           "model_run: workspace made for another model");
     if (o->B <= 0 || o->S <= 0)
-        return xent__fail(XENT_ERR_SHAPE, "model_run: B = %lld, S = %lld",
+        return xent_set_error(XENT_ERR_SHAPE, "model_run: B = %lld, S = %lld",
                           (long long)o->B, (long long)o->S);
     if (o->record && !ws->record)
-        return xent__fail(XENT_ERR_VALUE,
+        return xent_set_error(XENT_ERR_VALUE,
                           "model_run: record needs a workspace made with "
                           "record = 1");
     xent_dtype d[] = {p->compute, p->residual, p->norm, p->attn_softmax,
@@ -307,23 +307,23 @@ static xent_status check_run(const xent_model *m, const xent_model_ws *ws,
                         "lm_head", "logits", "grad_accum"};
     for (int i = 0; i < 7; i++)
         if (!is_storage_dtype(d[i]))
-            return xent__fail(XENT_ERR_DTYPE,
+            return xent_set_error(XENT_ERR_DTYPE,
                               "precision.%s = %d is not f32, bf16 or f16",
                               nm[i], (int)d[i]);
     if (p->ce < 0 || p->ce >= XENT_CE_FORM_COUNT)
-        return xent__fail(XENT_ERR_VALUE, "precision.ce = %d", (int)p->ce);
+        return xent_set_error(XENT_ERR_VALUE, "precision.ce = %d", (int)p->ce);
     if (p->micro_batches < 1 || o->B % p->micro_batches)
-        return xent__fail(XENT_ERR_SHAPE,
+        return xent_set_error(XENT_ERR_SHAPE,
                           "precision.micro_batches = %d does not divide "
                           "B = %lld", p->micro_batches, (long long)o->B);
     if (!(p->loss_scale >= 0) || !isfinite(p->loss_scale))
-        return xent__fail(XENT_ERR_VALUE, "precision.loss_scale = %g",
+        return xent_set_error(XENT_ERR_VALUE, "precision.loss_scale = %g",
                           p->loss_scale);
     xm_ctx c;
     int64_t need = ws_plan((xent_model_ws *)ws, NULL, o->B, 0, o->B, o->S,
                            ws->record, &c);
     if (need > ws->cap || o->B * o->S > ws->B * ws->S || o->S > ws->S)
-        return xent__fail(XENT_ERR_SHAPE,
+        return xent_set_error(XENT_ERR_SHAPE,
                           "model_run: B = %lld, S = %lld does not fit the "
                           "workspace planned for B = %lld, S = %lld",
                           (long long)o->B, (long long)o->S, (long long)ws->B,
@@ -381,7 +381,7 @@ static xent_status run_pass(const xent_model *m, xent_model_ws *ws,
     if (bw && !direct && !inplace && !ws->gmb) {
         ws->gmb = big_alloc((size_t)nw * sizeof(float));
         if (!ws->gmb)
-            return xent__fail(XENT_ERR_ALLOC, "model: micro-batch gradients");
+            return xent_set_error(XENT_ERR_ALLOC, "model: micro-batch gradients");
         int64_t off = 0;
         for (int i = 0; i < m->n_params; i++, off += m->params[i - 1].numel)
             ws->gmbp[i] = ws->gmb + off;
@@ -400,7 +400,7 @@ static xent_status run_pass(const xent_model *m, xent_model_ws *ws,
         c.dt_logits = p->logits;
         c.form = p->ce;
         c.threads = o->threads;
-        c.nthr = xent__threads(o->threads);
+        c.nthr = xent_num_threads(o->threads);
         c.keep_layers = keep_layers && nmb == 1;
         c.gpu = o->gemm_device != 0;
         c.gpu_st = XENT_OK;
@@ -410,11 +410,13 @@ static xent_status run_pass(const xent_model *m, xent_model_ws *ws,
         c.tok = o->tokens + r0;
         c.lab = ws->lab + r0;
         double *rws = malloc((size_t)c.T * sizeof(double)); /* [Tm] */
-        if (!rws) return xent__fail(XENT_ERR_ALLOC, "model: row weights");
+        if (!rws) return xent_set_error(XENT_ERR_ALLOC, "model: row weights");
         for (int64_t t = 0; t < c.T; t++) rws[t] = ws->rw[r0 + t] * ls;
         c.rw = rws;
         c.rcos = ws->rope;
         c.rsin = ws->rope + o->S * m->cfg.head_dim / 2;
+        c.rcos_l = ws->rope + o->S * m->cfg.head_dim;
+        c.rsin_l = c.rcos_l + o->S * m->cfg.head_dim / 2;
         c.logprob = ws->logprob + r0;
         if (!o->record) c.rec_dx = NULL, c.rec_dx0 = NULL;
         xent_status st = model_fwd_bwd(&c, bw);
@@ -425,13 +427,13 @@ static xent_status run_pass(const xent_model *m, xent_model_ws *ws,
         if (!bw || direct) continue;
         accum_job aj = {ws->grads, inplace ? ws->grads : ws->gmb,
                         (float)(1.0 / ls), p->grad_accum, mb == 0, 0, 0, {0}};
-        xent__parallel_for(nw, c.nthr, accum_range, &aj);
+        xent_parallel_for(nw, c.nthr, accum_range, &aj);
     }
     if (bw) {
-        int nt = xent__threads(o->threads);
+        int nt = xent_num_threads(o->threads);
         nt = nt > 64 ? 64 : nt;
         accum_job fj = {ws->grads, NULL, 0, XENT_F32, 0, nw, nt, {0}};
-        xent__parallel_for(nt, nt, finite_range, &fj);
+        xent_parallel_for(nt, nt, finite_range, &fj);
         for (int k = 0; k < nt; k++) *bad |= fj.bad[k];
     }
     return XENT_OK;
@@ -473,14 +475,16 @@ xent_status xent_model_run(const xent_model *m, xent_model_ws *ws,
                            xent_model_record *rec) {
     xent_status st = check_run(m, ws, p, o);
     if (st) return st;
-    if (!rec) return xent__fail(XENT_ERR_NULL, "model_run: record is NULL");
+    if (!rec) return xent_set_error(XENT_ERR_NULL, "model_run: record is NULL");
     int64_t n_cnt = 0;
     if ((st = xent__model_targets(m, o, ws->lab, ws->rw, &n_cnt))) return st;
-    int thr = xent__threads(o->threads);
+    int thr = xent_num_threads(o->threads);
     const float *whead = NULL;
     if ((st = ws_weights(ws, p, &whead, thr))) return st;
     xent__rope_tables(&m->cfg, o->S, ws->rope,
-                      ws->rope + o->S * m->cfg.head_dim / 2);
+                      ws->rope + o->S * m->cfg.head_dim / 2, 0);
+    xent__rope_tables(&m->cfg, o->S, ws->rope + o->S * m->cfg.head_dim,
+                      ws->rope + 3 * o->S * m->cfg.head_dim / 2, 1);
     openblas_set_num_threads(1); /* see mm_cpu */
     int f16 = p->compute == XENT_F16 || p->residual == XENT_F16 ||
               p->norm == XENT_F16 || p->attn_softmax == XENT_F16 ||

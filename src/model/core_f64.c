@@ -45,9 +45,9 @@ xent_status xent_model_run_f64_w(const xent_model *m,
                                  const xent_model_run_opts *o, double *loss,
                                  double **grads, double *embed_grad) {
     if (!m || !o || !loss || !weights || !o->tokens)
-        return xent__fail(XENT_ERR_NULL, "model_run_f64: NULL argument");
+        return xent_set_error(XENT_ERR_NULL, "model_run_f64: NULL argument");
     if (o->B <= 0 || o->S <= 0 || o->B > ((int64_t)1 << 30) / o->S)
-        return xent__fail(XENT_ERR_SHAPE, "model_run_f64: B = %lld, S = %lld",
+        return xent_set_error(XENT_ERR_SHAPE, "model_run_f64: B = %lld, S = %lld",
                           (long long)o->B, (long long)o->S);
     const xent_model_config *cfg = &m->cfg;
     int64_t T = o->B * o->S, L = cfg->n_layers, n_cnt = 0;
@@ -55,7 +55,7 @@ xent_status xent_model_run_f64_w(const xent_model *m,
     xent_status st = XENT_ERR_ALLOC;
     int32_t *lab = malloc((size_t)T * sizeof *lab);
     double *rw = malloc((size_t)T * sizeof *rw);
-    float *rc = malloc((size_t)(o->S * cfg->head_dim) * sizeof(float));
+    float *rc = malloc((size_t)(2 * o->S * cfg->head_dim) * sizeof(float));
     xm_ctx c;
     memset(&c, 0, sizeof c);
     c.c = cfg;
@@ -79,9 +79,13 @@ xent_status xent_model_run_f64_w(const xent_model *m,
     } else if (backward) {
         for (int i = 0; i < m->n_params; i++) g[i] = grads[i];
     }
-    xent__rope_tables(cfg, o->S, rc, rc + o->S * cfg->head_dim / 2);
+    xent__rope_tables(cfg, o->S, rc, rc + o->S * cfg->head_dim / 2, 0);
+    xent__rope_tables(cfg, o->S, rc + o->S * cfg->head_dim,
+                      rc + 3 * o->S * cfg->head_dim / 2, 1);
     c.rcos = rc;
     c.rsin = rc + o->S * cfg->head_dim / 2;
+    c.rcos_l = rc + o->S * cfg->head_dim;
+    c.rsin_l = c.rcos_l + o->S * cfg->head_dim / 2;
     c.dt_comp = c.dt_res = c.dt_norm = c.dt_att = c.dt_head = c.dt_logits =
         XENT_F32;
     c.w = weights;
@@ -91,13 +95,13 @@ xent_status xent_model_run_f64_w(const xent_model *m,
     c.lab = lab;
     c.rw = rw;
     c.rec_dx0 = embed_grad;
-    c.nthr = xent__threads(o->threads);
+    c.nthr = xent_num_threads(o->threads);
     openblas_set_num_threads(1); /* see mm_cpu */
     st = model_fwd_bwd(&c, backward);
     if (!st) *loss = c.loss;
 done:
     if (st == XENT_ERR_ALLOC)
-        xent__fail(st, "model_run_f64: out of memory for %lld tokens",
+        xent_set_error(st, "model_run_f64: out of memory for %lld tokens",
                    (long long)T);
     free(lab), free(rw), free(rc), free(c.x), free(c.ly), free(g);
     free(arena), free(gown);
@@ -107,12 +111,12 @@ done:
 xent_status xent_model_run_f64(const xent_model *m,
                                const xent_model_run_opts *o, double *loss,
                                double **grads, double *embed_grad) {
-    if (!m) return xent__fail(XENT_ERR_NULL, "model_run_f64: model is NULL");
+    if (!m) return xent_set_error(XENT_ERR_NULL, "model_run_f64: model is NULL");
     double **w = calloc((size_t)m->n_params, sizeof *w);
     double *buf = malloc((size_t)xent_model_n_weights(m) * sizeof(double));
     if (!w || !buf) {
         free(w), free(buf);
-        return xent__fail(XENT_ERR_ALLOC, "model_run_f64: weights");
+        return xent_set_error(XENT_ERR_ALLOC, "model_run_f64: weights");
     }
     int64_t off = 0;
     for (int i = 0; i < m->n_params; i++) {

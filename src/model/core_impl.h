@@ -31,7 +31,15 @@ typedef struct {
     R *rms2;  /* [T]                                                        */
     R *gt;    /* [T, H]   gate projection                                  */
     R *up;    /* [T, H]   up projection                                    */
-    R *act;   /* [T, H]   silu(gate) * up                                  */
+    R *act;   /* [T, H]   silu(gate) * up (gelu_tanh(gate) * up: GeGLU)    */
+    /* present with the family's features only (else NULL): */
+    R *qpre, *kpre; /* [T, qd], [T, kvd] q, k before their norms (qk_norm) */
+    R *qn_r, *kn_r; /* [T*nh], [T*nkv] 1/rms of each head's q, k           */
+    R *ao_o;  /* [T, D]   o_proj output before the post-norm (sandwich)    */
+    R *pan_r; /* [T]      its 1/rms                                        */
+    R *mo;    /* [T, D]   down_proj output before the post-norm (sandwich) */
+    R *pfn_r; /* [T]                                                        */
+    R *attc;  /* [B, nh, S, S] soft-capped scores (attn_softcap)           */
 } xm_layer;
 
 typedef struct {
@@ -60,6 +68,9 @@ typedef struct {
     R **rec_dx;          /* [L] -> [T, D] recorded input grads, or NULL    */
     R *rec_dx0;          /* [T, D] embeddings-output grad, or NULL         */
     const float *rcos, *rsin; /* [S, hd/2]                                 */
+    const float *rcos_l, *rsin_l; /* [S, hd/2] sliding layers' (rope_local_theta
+                                     > 0), else = rcos, rsin               */
+    R *wone;             /* [max(D, hd)] 1 + w of a (1 + w) norm           */
     float *logprob;      /* [T] out                                        */
     xent_ce_form form;   /* loss kernel (fp32 driver)                      */
     int threads;         /* for xent_ce                                    */
@@ -225,7 +236,7 @@ static void mm_cpu(xm_ctx *c, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb,
     }
     int64_t nj = (N + tn - 1) / tn, n = (M + tm - 1) / tm * nj;
     mm_job j = {ta, tb, M, N, K, lda, ldb, ldc, tm, tn, nj, alpha, beta, A, B, C};
-    xent__parallel_for(n, c->nthr, mm_tiles, &j);
+    xent_parallel_for(n, c->nthr, mm_tiles, &j);
 }
 
 /* C[M,N] = alpha * A[M,K] B[N,K]^T + beta * C */
@@ -290,7 +301,7 @@ static void linear_bwd(xm_ctx *c, const R *dy, int64_t out, const R *x,
 
 /* ---- RMSNorm ------------------------------------------------------------ */
 
-/* Jobs for the row-parallel loops (xent__parallel_for over rows). */
+/* Jobs for the row-parallel loops (xent_parallel_for over rows). */
 typedef struct {
     xm_ctx *c;
     xm_layer *L;
@@ -298,13 +309,20 @@ typedef struct {
     R *y, *r, *dx, *dw, *q;
     int64_t nh;
     int sign, acc;
+    int64_t wd, rows;   /* RMSNorm: row width and rows                     */
+    int plus_one;       /* RMSNorm: w holds 1 + w (Gemma: no rounding of
+                           the normalised value before the scale)          */
+    int64_t win;        /* attention: sliding window (0: none)             */
+    R cap;              /* attention: soft-cap (0: none)                   */
+    R *sc;              /* attention: soft-capped scores of the block      */
+    const float *rc, *rs; /* RoPE tables                                   */
 } pjob;
 
 /* Starting threads costs ~20 us: small runs (under 64K activations per
  * layer buffer) stay on the calling thread. */
-static void pfor(xm_ctx *c, int64_t n, xent__range_fn fn, pjob *j) {
+static void pfor(xm_ctx *c, int64_t n, xent_range_fn fn, pjob *j) {
     int small = c->T * c->c->dim < ((int64_t)1 << 16);
-    xent__parallel_for(n, small ? 1 : c->nthr, fn, j);
+    xent_parallel_for(n, small ? 1 : c->nthr, fn, j);
 }
 
 /* y = round(w * round(x * r, norm), norm), r = 1/sqrt(mean(x^2) + eps) (HF:
@@ -312,7 +330,7 @@ static void pfor(xm_ctx *c, int64_t n, xent__range_fn fn, pjob *j) {
 static void rmsnorm_rows(void *vj, int64_t t0, int64_t t1) {
     pjob *j = vj;
     xm_ctx *c = j->c;
-    int64_t D = c->c->dim;
+    int64_t D = j->wd;
     for (int64_t t = t0; t < t1; t++) {
         const R *xr = j->x + t * D;
         double ss = 0;
@@ -320,21 +338,38 @@ static void rmsnorm_rows(void *vj, int64_t t0, int64_t t1) {
         R r = (R)(1.0 / sqrt(ss / (double)D + c->c->norm_eps));
         j->r[t] = r;
         R *yr = j->y + t * D;
-        for (int64_t i = 0; i < D; i++)
-            yr[i] = rnd1(j->w[i] * rnd1(xr[i] * r, c->dt_norm), c->dt_norm);
+        if (j->plus_one)
+            for (int64_t i = 0; i < D; i++) yr[i] = rnd1(xr[i] * r * j->w[i], c->dt_norm);
+        else
+            for (int64_t i = 0; i < D; i++)
+                yr[i] = rnd1(j->w[i] * rnd1(xr[i] * r, c->dt_norm), c->dt_norm);
     }
 }
 
+/* The weight a norm multiplies by: w, or 1 + w (in R) for Gemma's norms. */
+static const R *norm_w(xm_ctx *c, const R *w, int64_t wd) {
+    if (!c->c->norm_plus_one) return w;
+    for (int64_t i = 0; i < wd; i++) c->wone[i] = (R)1 + w[i];
+    return c->wone;
+}
+
+/* RMSNorm of `rows` rows of width wd (rows * wd values). */
+static void rmsnorm_fwd_n(xm_ctx *c, const R *x, const R *w, R *y, R *rinv,
+                          int64_t rows, int64_t wd) {
+    pjob j = {.c = c, .x = x, .w = norm_w(c, w, wd), .y = y, .r = rinv, .wd = wd,
+              .rows = rows, .plus_one = c->c->norm_plus_one};
+    pfor(c, rows, rmsnorm_rows, &j);
+}
+
 static void rmsnorm_fwd(xm_ctx *c, const R *x, const R *w, R *y, R *rinv) {
-    pjob j = {.c = c, .x = x, .w = w, .y = y, .r = rinv};
-    pfor(c, c->T, rmsnorm_rows, &j);
+    rmsnorm_fwd_n(c, x, w, y, rinv, c->T, c->c->dim);
 }
 
 /* dx (+)= r*(w*dy) - x * r^3/D * sum_i(w_i dy_i x_i), rows [t0, t1). */
 static void rmsnorm_bwd_rows(void *vj, int64_t t0, int64_t t1) {
     pjob *j = vj;
     xm_ctx *c = j->c;
-    int64_t D = c->c->dim;
+    int64_t D = j->wd;
     for (int64_t t = t0; t < t1; t++) {
         const R *xr = j->x + t * D, *dyr = j->dy + t * D;
         R r = j->rinv[t];
@@ -353,25 +388,33 @@ static void rmsnorm_bwd_rows(void *vj, int64_t t0, int64_t t1) {
  * in double (a float running sum over T tokens loses ~T u relative). */
 static void rmsnorm_dw_cols(void *vj, int64_t i0, int64_t i1) {
     pjob *j = vj;
-    int64_t D = j->c->c->dim;
+    int64_t D = j->wd;
     for (int64_t i = i0; i < i1; i++) {
         double acc = 0;
-        for (int64_t t = 0; t < j->c->T; t++)
+        for (int64_t t = 0; t < j->rows; t++)
             acc += (double)(j->dy[t * D + i] * j->x[t * D + i] * j->rinv[t]);
         j->dw[i] = (R)acc;
     }
 }
 
-/* dx is added to when acc (the residual connection), then rounded. */
+/* dx is added to when acc (the residual connection), then rounded. dx may
+ * be dy (in place, acc = 0): dw is summed first, and each row reads its dy
+ * before writing it. */
+static void rmsnorm_bwd_n(xm_ctx *c, const R *x, const R *w, const R *rinv,
+                          const R *dy, R *dx, R *dw, int acc, int64_t rows,
+                          int64_t wd) {
+    pjob j = {.c = c, .x = x, .w = norm_w(c, w, wd), .rinv = rinv, .dy = dy,
+              .dx = dx, .dw = dw, .acc = acc, .wd = wd, .rows = rows};
+    if (dw) {
+        pfor(c, wd, rmsnorm_dw_cols, &j);
+        rnd(dw, wd, c->dt_comp);
+    }
+    pfor(c, rows, rmsnorm_bwd_rows, &j);
+}
+
 static void rmsnorm_bwd(xm_ctx *c, const R *x, const R *w, const R *rinv,
                         const R *dy, R *dx, R *dw, int acc) {
-    pjob j = {.c = c, .x = x, .w = w, .rinv = rinv, .dy = dy, .dx = dx,
-              .dw = dw, .acc = acc};
-    pfor(c, c->T, rmsnorm_bwd_rows, &j);
-    if (dw) {
-        pfor(c, c->c->dim, rmsnorm_dw_cols, &j);
-        rnd(dw, c->c->dim, c->dt_comp);
-    }
+    rmsnorm_bwd_n(c, x, w, rinv, dy, dx, dw, acc, c->T, c->c->dim);
 }
 
 /* ---- RoPE (HF rotate_half: pairs (i, i + hd/2)) ------------------------- */
@@ -382,7 +425,7 @@ static void rope_rows(void *vj, int64_t t0, int64_t t1) {
     int64_t hd = c->c->head_dim, half = hd / 2, w = j->nh * hd;
     for (int64_t t = t0; t < t1; t++) {
         int64_t s = t % c->S;
-        const float *cs = c->rcos + s * half, *sn = c->rsin + s * half;
+        const float *cs = j->rc + s * half, *sn = j->rs + s * half;
         for (int64_t h = 0; h < j->nh; h++) {
             R *p = j->q + t * w + h * hd;
             for (int64_t i = 0; i < half; i++) {
@@ -394,8 +437,10 @@ static void rope_rows(void *vj, int64_t t0, int64_t t1) {
     }
 }
 
-static void rope(xm_ctx *c, R *q, int64_t nh, int sign) {
-    pjob j = {.c = c, .q = q, .nh = nh, .sign = sign};
+/* local: the sliding layers' table. */
+static void rope(xm_ctx *c, R *q, int64_t nh, int sign, int local) {
+    pjob j = {.c = c, .q = q, .nh = nh, .sign = sign,
+              .rc = local ? c->rcos_l : c->rcos, .rs = local ? c->rsin_l : c->rsin};
     pfor(c, c->T, rope_rows, &j);
 }
 
@@ -408,21 +453,27 @@ static void softmax_rows(void *vj, int64_t r0, int64_t r1) {
     xm_ctx *c = j->c;
     int64_t S = c->S;
     for (int64_t r = r0; r < r1; r++) {
-        int64_t i = r % S;
+        int64_t i = r % S, lo = j->win > 0 && i >= j->win ? i - j->win + 1 : 0;
         R *p = j->y + r * S;
         R mx = -INFINITY;
-        for (int64_t k = 0; k <= i; k++) {
+        for (int64_t k = lo; k <= i; k++) {
             p[k] = rnd1(p[k], c->dt_att);
+            if (j->cap > 0) { /* cap * tanh(s / cap), kept for the backward */
+                p[k] = rnd1((R)((double)j->cap * tanh((double)p[k] / (double)j->cap)),
+                            c->dt_att);
+                j->sc[r * S + k] = p[k];
+            }
             mx = p[k] > mx ? p[k] : mx;
         }
         double sum = 0;
-        for (int64_t k = 0; k <= i; k++) {
+        for (int64_t k = lo; k <= i; k++) {
             double e = xent__exp((double)p[k] - (double)mx);
             p[k] = (R)e;
             sum += e;
         }
         double inv = 1.0 / sum;
-        for (int64_t k = 0; k <= i; k++) p[k] = rnd1((R)(p[k] * inv), c->dt_att);
+        for (int64_t k = 0; k < lo; k++) p[k] = 0;
+        for (int64_t k = lo; k <= i; k++) p[k] = rnd1((R)(p[k] * inv), c->dt_att);
         for (int64_t k = i + 1; k < S; k++) p[k] = 0;
     }
 }
@@ -439,12 +490,16 @@ typedef struct {
     xm_layer *L;
     int64_t nrb, rows;            /* blocks a head, rows a block */
     int64_t S, hd, nh, grp, qd, kvd; /* sequence, head dims, heads a KV head */
-    R scale;                      /* 1 / sqrt(hd) */
+    R scale;                      /* 1 / sqrt(hd), or 1 / sqrt(query_scalar) */
+    int64_t win;                  /* the layer's sliding window, 0: none */
+    R cap;                        /* attention soft-cap, 0: none */
 } att_job;
 
 static att_job att_plan(xm_ctx *c, xm_layer *L) {
     const xent_model_config *m = c->c;
     int64_t rows = c->gpu ? c->S : MM_TM, hd = m->head_dim;
+    int64_t l = L - c->ly;
+    double qs = m->query_scalar > 0 ? m->query_scalar : (double)hd;
     return (att_job){c,
                      L,
                      (c->S + rows - 1) / rows,
@@ -455,7 +510,9 @@ static att_job att_plan(xm_ctx *c, xm_layer *L) {
                      m->n_heads / m->n_kv_heads,
                      m->n_heads * hd,
                      m->n_kv_heads * hd,
-                     (R)(1.0 / sqrt((double)hd))};
+                     (R)(1.0 / sqrt(qs)),
+                     xent_model_layer_sliding(m, l) ? m->sliding_window : 0,
+                     (R)m->attn_softcap};
 }
 
 /* Row block rb (of height aj->rows) of C[M,N] = alpha op(A) op(B) + beta C. */
@@ -480,14 +537,14 @@ static void att_mm(const att_job *aj, CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb,
 
 /* A row loop (softmax_rows, dsoftmax_rows) on rows [r0, r1) of one head,
  * pj's arrays pointing at the head's S x S block. */
-static void att_rows(const att_job *aj, xent__range_fn fn, pjob *pj,
+static void att_rows(const att_job *aj, xent_range_fn fn, pjob *pj,
                      int64_t r0, int64_t r1) {
     if (aj->c->gpu) pfor(aj->c, r1 - r0, fn, pj); /* r0 = 0, r1 = S */
     else fn(pj, r0, r1);
 }
 
-static void att_run(att_job *aj, int64_t n, xent__range_fn fn) {
-    xent__parallel_for(n, aj->c->gpu ? 1 : aj->c->nthr, fn, aj);
+static void att_run(att_job *aj, int64_t n, xent_range_fn fn) {
+    xent_parallel_for(n, aj->c->gpu ? 1 : aj->c->nthr, fn, aj);
 }
 
 /* Job jj = (b * nh + h) * nrb + rb: its head, rows and offsets. */
@@ -518,7 +575,8 @@ static void att_fwd_jobs(void *vj, int64_t j0, int64_t j1) {
         R *P = L->att + k.bh * S * S;
         att_mm(aj, CblasNoTrans, CblasTrans, k.rb, S, S, hd, aj->scale,
                L->q + k.qo, qd, L->k + k.kv, kvd, 0, P, S);
-        pjob pj = {.c = aj->c, .y = P};
+        pjob pj = {.c = aj->c, .y = P, .win = aj->win, .cap = aj->cap,
+                   .sc = L->attc ? L->attc + k.bh * S * S : NULL};
         att_rows(aj, softmax_rows, &pj, k.r0, k.r1);
         att_mm(aj, CblasNoTrans, CblasNoTrans, k.rb, S, hd, S, 1, P, S,
                L->v + k.kv, kvd, 0, L->ao + k.qo, qd);
@@ -537,13 +595,19 @@ static void dsoftmax_rows(void *vj, int64_t r0, int64_t r1) {
     xm_ctx *c = j->c;
     int64_t S = c->S;
     for (int64_t r = r0; r < r1; r++) {
-        int64_t i = r % S;
+        int64_t i = r % S, lo = j->win > 0 && i >= j->win ? i - j->win + 1 : 0;
         const R *p = j->x + r * S;
         R *d = j->y + r * S;
         double s = 0;
-        for (int64_t k = 0; k <= i; k++) s += (double)p[k] * d[k];
-        for (int64_t k = 0; k <= i; k++)
+        for (int64_t k = lo; k <= i; k++) s += (double)p[k] * d[k];
+        for (int64_t k = 0; k < lo; k++) d[k] = 0;
+        for (int64_t k = lo; k <= i; k++)
             d[k] = rnd1(p[k] * (R)(d[k] - s), c->dt_att);
+        if (j->cap > 0) /* through cap * tanh(s / cap): 1 - (capped / cap)^2 */
+            for (int64_t k = lo; k <= i; k++) {
+                R u = j->sc[r * S + k] / j->cap;
+                d[k] = rnd1(d[k] * (1 - u * u), c->dt_att);
+            }
         for (int64_t k = i + 1; k < S; k++) d[k] = 0;
     }
 }
@@ -560,7 +624,8 @@ static void att_bwd_q_jobs(void *vj, int64_t j0, int64_t j1) {
         R *dS = c->datt + k.bh * S * S;
         att_mm(aj, CblasNoTrans, CblasTrans, k.rb, S, S, hd, 1, c->dao + k.qo,
                qd, L->v + k.kv, kvd, 0, dS, S);
-        pjob pj = {.c = c, .x = L->att + k.bh * S * S, .y = dS};
+        pjob pj = {.c = c, .x = L->att + k.bh * S * S, .y = dS, .win = aj->win,
+                   .cap = aj->cap, .sc = L->attc ? L->attc + k.bh * S * S : NULL};
         att_rows(aj, dsoftmax_rows, &pj, k.r0, k.r1);
         att_mm(aj, CblasNoTrans, CblasNoTrans, k.rb, S, hd, S, aj->scale, dS,
                S, L->k + k.kv, kvd, 0, c->dq + k.qo, qd);
@@ -608,6 +673,14 @@ static void swiglu_fwd_range(void *vj, int64_t i0, int64_t i1) {
     pjob *j = vj;
     xm_ctx *c = j->c;
     xm_layer *L = j->L;
+    if (c->c->gelu_tanh) {
+        for (int64_t i = i0; i < i1; i++) {
+            double g = L->gt[i];
+            double t = tanh(0.7978845608028654 * (g + 0.044715 * g * g * g));
+            L->act[i] = rnd1(rnd1((R)(0.5 * g * (1 + t)), c->dt_comp) * L->up[i], c->dt_comp);
+        }
+        return;
+    }
     for (int64_t i = i0; i < i1; i++) {
         R g = L->gt[i];
         R s = (R)(1.0 / (1.0 + xent__exp(-(double)g)));
@@ -625,6 +698,18 @@ static void swiglu_bwd_range(void *vj, int64_t i0, int64_t i1) {
     pjob *j = vj;
     xm_ctx *c = j->c;
     xm_layer *L = j->L;
+    if (c->c->gelu_tanh) { /* gelu_tanh(g) = g (1 + t) / 2, t = tanh(a (g + b g^3)) */
+        const double a = 0.7978845608028654, b = 0.044715;
+        for (int64_t i = i0; i < i1; i++) {
+            double g = L->gt[i], u = L->up[i], da = c->dh[i];
+            double t = tanh(a * (g + b * g * g * g));
+            double ge = 0.5 * g * (1 + t);
+            double dge = 0.5 * (1 + t) + 0.5 * g * (1 - t * t) * a * (1 + 3 * b * g * g);
+            c->dh2[i] = rnd1((R)(da * (double)(R)ge), c->dt_comp);
+            c->dh[i] = rnd1((R)(da * u * dge), c->dt_comp);
+        }
+        return;
+    }
     for (int64_t i = i0; i < i1; i++) {
         R g = L->gt[i], u = L->up[i], da = c->dh[i];
         R s = (R)(1.0 / (1.0 + xent__exp(-(double)g)));
@@ -657,15 +742,31 @@ static void layer_fwd(xm_ctx *c, int64_t l) {
             kvd = m->n_kv_heads * m->head_dim, T = c->T;
     const R *x = c->x[l];
     R *y = c->x[l + 1];
+    int64_t hd = m->head_dim;
+    int loc = xent_model_layer_sliding(m, l);
     rmsnorm_fwd(c, x, W(c, l, XENT_P_ATTN_NORM), L->xn1, L->rms1);
     const R *xn = as_comp(c, L->xn1, T * D);
-    linear_fwd(c, xn, D, W(c, l, XENT_P_WQ), W(c, l, XENT_P_BQ), qd, L->q);
-    linear_fwd(c, xn, D, W(c, l, XENT_P_WK), W(c, l, XENT_P_BK), kvd, L->k);
+    /* q/k norms (qk_norm): the projections go to qpre/kpre, normalised per
+     * head into q/k */
+    R *qo = m->qk_norm ? L->qpre : L->q, *ko = m->qk_norm ? L->kpre : L->k;
+    linear_fwd(c, xn, D, W(c, l, XENT_P_WQ), W(c, l, XENT_P_BQ), qd, qo);
+    linear_fwd(c, xn, D, W(c, l, XENT_P_WK), W(c, l, XENT_P_BK), kvd, ko);
     linear_fwd(c, xn, D, W(c, l, XENT_P_WV), W(c, l, XENT_P_BV), kvd, L->v);
-    rope(c, L->q, m->n_heads, 1);
-    rope(c, L->k, m->n_kv_heads, 1);
+    if (m->qk_norm) {
+        rmsnorm_fwd_n(c, L->qpre, W(c, l, XENT_P_Q_NORM), L->q, L->qn_r, T * m->n_heads, hd);
+        rmsnorm_fwd_n(c, L->kpre, W(c, l, XENT_P_K_NORM), L->k, L->kn_r, T * m->n_kv_heads, hd);
+        rnd(L->q, T * qd, c->dt_comp);
+        rnd(L->k, T * kvd, c->dt_comp);
+    }
+    rope(c, L->q, m->n_heads, 1, loc);
+    rope(c, L->k, m->n_kv_heads, 1, loc);
     attention_fwd(c, L);
-    linear_fwd(c, L->ao, qd, W(c, l, XENT_P_WO), NULL, D, L->h1);
+    if (m->sandwich_norm) {
+        linear_fwd(c, L->ao, qd, W(c, l, XENT_P_WO), NULL, D, L->ao_o);
+        rmsnorm_fwd(c, L->ao_o, W(c, l, XENT_P_POST_ATTN_NORM), L->h1, L->pan_r);
+    } else {
+        linear_fwd(c, L->ao, qd, W(c, l, XENT_P_WO), NULL, D, L->h1);
+    }
     for (int64_t i = 0; i < T * D; i++)
         L->h1[i] = rnd1(x[i] + L->h1[i], c->dt_res);
     rmsnorm_fwd(c, L->h1, W(c, l, XENT_P_MLP_NORM), L->xn2, L->rms2);
@@ -673,7 +774,12 @@ static void layer_fwd(xm_ctx *c, int64_t l) {
     linear_fwd(c, xn, D, W(c, l, XENT_P_WGATE), NULL, H, L->gt);
     linear_fwd(c, xn, D, W(c, l, XENT_P_WUP), NULL, H, L->up);
     swiglu_fwd(c, L);
-    linear_fwd(c, L->act, H, W(c, l, XENT_P_WDOWN), NULL, D, y);
+    if (m->sandwich_norm) {
+        linear_fwd(c, L->act, H, W(c, l, XENT_P_WDOWN), NULL, D, L->mo);
+        rmsnorm_fwd(c, L->mo, W(c, l, XENT_P_POST_FF_NORM), y, L->pfn_r);
+    } else {
+        linear_fwd(c, L->act, H, W(c, l, XENT_P_WDOWN), NULL, D, y);
+    }
     for (int64_t i = 0; i < T * D; i++) y[i] = rnd1(L->h1[i] + y[i], c->dt_res);
 }
 
@@ -682,9 +788,16 @@ static void layer_bwd(xm_ctx *c, int64_t l) {
     const xent_model_config *m = c->c;
     xm_layer *L = &c->ly[l];
     int64_t D = m->dim, H = m->hidden, qd = m->n_heads * m->head_dim,
-            kvd = m->n_kv_heads * m->head_dim;
-    /* MLP: y = h1 + down(act) */
-    linear_bwd(c, c->dx, D, L->act, H, W(c, l, XENT_P_WDOWN),
+            kvd = m->n_kv_heads * m->head_dim, hd = m->head_dim, T = c->T;
+    int loc = xent_model_layer_sliding(m, l);
+    /* MLP: y = h1 + down(act) (sandwich: h1 + norm(down(act))) */
+    const R *dmo = c->dx;
+    if (m->sandwich_norm) {
+        rmsnorm_bwd(c, L->mo, W(c, l, XENT_P_POST_FF_NORM), L->pfn_r, c->dx, c->dxb,
+                    G(c, l, XENT_P_POST_FF_NORM), 0);
+        dmo = c->dxb;
+    }
+    linear_bwd(c, dmo, D, L->act, H, W(c, l, XENT_P_WDOWN),
                G(c, l, XENT_P_WDOWN), NULL, c->dh, 0);
     swiglu_bwd(c, L);
     linear_bwd(c, c->dh, H, L->xn2, D, W(c, l, XENT_P_WGATE),
@@ -694,12 +807,24 @@ static void layer_bwd(xm_ctx *c, int64_t l) {
     /* dh1 = dy + norm_bwd(dxn) (in place in c->dx) */
     rmsnorm_bwd(c, L->h1, W(c, l, XENT_P_MLP_NORM), L->rms2, c->dxn, c->dx,
                 G(c, l, XENT_P_MLP_NORM), 1);
-    /* attention: h1 = x + o_proj(ao) */
-    linear_bwd(c, c->dx, D, L->ao, qd, W(c, l, XENT_P_WO), G(c, l, XENT_P_WO),
+    /* attention: h1 = x + o_proj(ao) (sandwich: x + norm(o_proj(ao))) */
+    const R *dao_o = c->dx;
+    if (m->sandwich_norm) {
+        rmsnorm_bwd(c, L->ao_o, W(c, l, XENT_P_POST_ATTN_NORM), L->pan_r, c->dx, c->dxb,
+                    G(c, l, XENT_P_POST_ATTN_NORM), 0);
+        dao_o = c->dxb;
+    }
+    linear_bwd(c, dao_o, D, L->ao, qd, W(c, l, XENT_P_WO), G(c, l, XENT_P_WO),
                NULL, c->dao, 0);
     attention_bwd(c, L);
-    rope(c, c->dq, m->n_heads, -1);
-    rope(c, c->dk, m->n_kv_heads, -1);
+    rope(c, c->dq, m->n_heads, -1, loc);
+    rope(c, c->dk, m->n_kv_heads, -1, loc);
+    if (m->qk_norm) { /* through the per-head norms, in place */
+        rmsnorm_bwd_n(c, L->qpre, W(c, l, XENT_P_Q_NORM), L->qn_r, c->dq, c->dq,
+                      G(c, l, XENT_P_Q_NORM), 0, T * m->n_heads, hd);
+        rmsnorm_bwd_n(c, L->kpre, W(c, l, XENT_P_K_NORM), L->kn_r, c->dk, c->dk,
+                      G(c, l, XENT_P_K_NORM), 0, T * m->n_kv_heads, hd);
+    }
     linear_bwd(c, c->dq, qd, L->xn1, D, W(c, l, XENT_P_WQ), G(c, l, XENT_P_WQ),
                G(c, l, XENT_P_BQ), c->dxn, 0);
     linear_bwd(c, c->dk, kvd, L->xn1, D, W(c, l, XENT_P_WK),
@@ -721,9 +846,13 @@ static xent_status model_fwd_bwd(xm_ctx *c, int backward) {
     const xent_model_config *m = c->c;
     int64_t D = m->dim, V = m->vocab, T = c->T;
     const R *E = c->w[0];
+    /* Gemma: embeddings times sqrt(dim), that factor in the residual dtype */
+    R es = m->embed_scale ? rnd1((R)sqrt((double)D), c->dt_res) : (R)1;
     for (int64_t t = 0; !c->keep_layers && t < T; t++) {
         memcpy(c->x[0] + t * D, E + (int64_t)c->tok[t] * D,
                (size_t)D * sizeof(R));
+        if (m->embed_scale)
+            for (int64_t i = 0; i < D; i++) c->x[0][t * D + i] *= es;
         rnd(c->x[0] + t * D, D, c->dt_res);
     }
     for (int64_t l = 0; !c->keep_layers && l < m->n_layers; l++)
@@ -741,8 +870,17 @@ static xent_status model_fwd_bwd(xm_ctx *c, int backward) {
 #endif
     mm_nt(c, T, V, D, 1, xh, D, c->w_head, D, 0, c->logits, V);
     rnd(c->logits, T * V, c->dt_logits);
+    const double fc = m->final_softcap;
+    if (fc > 0) /* cap * tanh(z / cap), in double, stored in the logits dtype */
+        for (int64_t i = 0; i < T * V; i++)
+            c->logits[i] = rnd1((R)(fc * tanh((double)c->logits[i] / fc)), c->dt_logits);
     xent_status st = loss_step(c, backward);
     if (st || !backward) return st;
+    if (fc > 0) /* dlogits is its own buffer here (plan) */
+        for (int64_t i = 0; i < T * V; i++) {
+            double u = (double)c->logits[i] / fc;
+            c->dlogits[i] = rnd1((R)((double)c->dlogits[i] * (1 - u * u)), c->dt_comp);
+        }
     /* head: dxnf = dlogits W_head; dW_head (+)= dlogits^T xnf */
     int ih = xent__pidx_head(m);
     R *dWh = c->g[ih];
@@ -760,7 +898,10 @@ static xent_status model_fwd_bwd(xm_ctx *c, int backward) {
     if (!m->tied_head) memset(dE, 0, (size_t)(V * D) * sizeof(R));
     for (int64_t t = 0; t < T; t++) {
         R *row = dE + (int64_t)c->tok[t] * D;
-        for (int64_t i = 0; i < D; i++) row[i] += c->dx[t * D + i];
+        if (m->embed_scale)
+            for (int64_t i = 0; i < D; i++) row[i] += c->dx[t * D + i] * es;
+        else
+            for (int64_t i = 0; i < D; i++) row[i] += c->dx[t * D + i];
     }
     rnd(dE, V * D, c->dt_comp);
     return XENT_OK;
@@ -803,11 +944,26 @@ static int64_t plan(xm_ctx *c, R *base, int64_t Bfull, int64_t b0,
         TAKE(y->gt, H);
         TAKE(y->up, H);
         TAKE(y->act, H);
+        y->qpre = y->kpre = y->qn_r = y->kn_r = NULL;
+        y->ao_o = y->pan_r = y->mo = y->pfn_r = y->attc = NULL;
+        if (m->qk_norm) {
+            TAKE(y->qpre, qd);
+            TAKE(y->kpre, kvd);
+            TAKE(y->qn_r, nh);
+            TAKE(y->kn_r, m->n_kv_heads);
+        }
+        if (m->sandwich_norm) {
+            TAKE(y->ao_o, D);
+            TAKE(y->pan_r, 1);
+            TAKE(y->mo, D);
+            TAKE(y->pfn_r, 1);
+        }
+        if (m->attn_softcap > 0) TAKE(y->attc, nh * S);
     }
     TAKE(c->xnf, D);
     TAKE(c->rmsf, 1);
     TAKE(c->logits, V);
-    if (record) TAKE(c->dlogits, V);
+    if (record || m->final_softcap > 0) TAKE(c->dlogits, V);
     else c->dlogits = c->logits;
     TAKE(c->dx, D);
     TAKE(c->dxb, D);
@@ -832,5 +988,7 @@ static int64_t plan(xm_ctx *c, R *base, int64_t Bfull, int64_t b0,
     off += Bfull * m->n_heads * S * S;
     if (base) c->scr = base + off;
     off += Tf * mw;
+    if (base) c->wone = base + off;
+    off += D > m->head_dim ? D : m->head_dim;
     return off;
 }

@@ -1,5 +1,5 @@
 /* src/model/gemm_device.h: the model's matrix products on a GPU
- * (src/cuda/host_gemm.cu; without CUDA, src/cuda/stub.c returns
+ * (src/model/gemm_cuda.cu; without CUDA, src/cuda/stub.c returns
  * XENT_ERR_UNSUPPORTED). Row-major host arrays, BLAS semantics:
  * C[M, N] = alpha op(A) op(B) + beta C (beta = 0: C is not read), op(X) =
  * X or X^T (ta, tb). The operands go to the GPU as `hint` (bf16/f16) when

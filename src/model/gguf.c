@@ -25,7 +25,7 @@ static int avail(const cur *c, uint64_t n) {
 
 static xent_status rd(cur *c, void *dst, uint64_t n, const char *what) {
     if (!avail(c, n))
-        return xent__fail(XENT_ERR_FORMAT,
+        return xent_set_error(XENT_ERR_FORMAT,
                           "gguf: truncated reading %s at byte %llu (file has "
                           "%llu bytes)", what, (unsigned long long)c->pos,
                           (unsigned long long)c->g->size);
@@ -40,7 +40,7 @@ static xent_status rd_str(cur *c, const char **s, uint64_t *len,
     xent_status st = rd(c, &n, 8, what);
     if (st) return st;
     if (!avail(c, n))
-        return xent__fail(XENT_ERR_FORMAT,
+        return xent_set_error(XENT_ERR_FORMAT,
                           "gguf: %s: string length %llu at byte %llu runs past "
                           "the end of the file", what, (unsigned long long)n,
                           (unsigned long long)(c->pos - 8));
@@ -65,10 +65,10 @@ static xent_status skip_value(cur *c, uint32_t t, const char *key) {
     }
     uint64_t n = scalar_size(t);
     if (!n)
-        return xent__fail(XENT_ERR_FORMAT, "gguf: key '%s': unknown value "
+        return xent_set_error(XENT_ERR_FORMAT, "gguf: key '%s': unknown value "
                           "type %u", key, t);
     if (!avail(c, n))
-        return xent__fail(XENT_ERR_FORMAT, "gguf: key '%s': value truncated",
+        return xent_set_error(XENT_ERR_FORMAT, "gguf: key '%s': value truncated",
                           key);
     c->pos += n;
     return XENT_OK;
@@ -103,7 +103,7 @@ static xent_status parse_kv(cur *c, xent__gguf_kv *kv, int64_t i) {
     if (kv->atype == XENT__GT_STR) {
         /* each string takes at least 8 bytes: bound the count first */
         if (kv->n > (c->g->size - c->pos) / 8)
-            return xent__fail(XENT_ERR_FORMAT,
+            return xent_set_error(XENT_ERR_FORMAT,
                               "gguf: key '%s': array of %llu strings does not "
                               "fit in the file", key,
                               (unsigned long long)kv->n);
@@ -113,11 +113,11 @@ static xent_status parse_kv(cur *c, xent__gguf_kv *kv, int64_t i) {
     }
     uint64_t es = scalar_size(kv->atype);
     if (!es)
-        return xent__fail(XENT_ERR_FORMAT,
+        return xent_set_error(XENT_ERR_FORMAT,
                           "gguf: key '%s': unsupported array element type %u",
                           key, kv->atype);
     if (kv->n > (c->g->size - c->pos) / es)
-        return xent__fail(XENT_ERR_FORMAT,
+        return xent_set_error(XENT_ERR_FORMAT,
                           "gguf: key '%s': array of %llu elements runs past the "
                           "end of the file", key, (unsigned long long)kv->n);
     c->pos += kv->n * es;
@@ -158,12 +158,12 @@ static xent_status parse_tensor(cur *c, xent__gguf_tensor *t, int64_t i) {
     xent_status st = rd_str(c, &s, &n, what);
     if (st) return st;
     if (n >= sizeof t->name)
-        return xent__fail(XENT_ERR_FORMAT, "gguf: %s: name of %llu bytes is "
+        return xent_set_error(XENT_ERR_FORMAT, "gguf: %s: name of %llu bytes is "
                           "too long", what, (unsigned long long)n);
     key_copy(t->name, sizeof t->name, s, n);
     if ((st = rd(c, &t->ndim, 4, t->name))) return st;
     if (t->ndim < 1 || t->ndim > 4)
-        return xent__fail(XENT_ERR_FORMAT, "gguf: tensor '%s': n_dims = %u is "
+        return xent_set_error(XENT_ERR_FORMAT, "gguf: tensor '%s': n_dims = %u is "
                           "outside [1, 4]", t->name, t->ndim);
     t->numel = 1;
     for (uint32_t d = 0; d < 4; d++) t->ne[d] = 1;
@@ -172,7 +172,7 @@ static xent_status parse_tensor(cur *c, xent__gguf_tensor *t, int64_t i) {
         if ((st = rd(c, &e, 8, t->name))) return st;
         if (e == 0 || e > ((uint64_t)1 << 40) ||
             (uint64_t)t->numel > (((uint64_t)1 << 62) / e))
-            return xent__fail(XENT_ERR_FORMAT, "gguf: tensor '%s': dim %u = "
+            return xent_set_error(XENT_ERR_FORMAT, "gguf: tensor '%s': dim %u = "
                               "%llu is out of range", t->name, d,
                               (unsigned long long)e);
         t->ne[d] = (int64_t)e;
@@ -181,12 +181,12 @@ static xent_status parse_tensor(cur *c, xent__gguf_tensor *t, int64_t i) {
     if ((st = rd(c, &t->type, 4, t->name)) || (st = rd(c, &t->off, 8, t->name)))
         return st;
     if (!type_name(t->type))
-        return xent__fail(XENT_ERR_FORMAT, "gguf: tensor '%s': ggml type %u is "
+        return xent_set_error(XENT_ERR_FORMAT, "gguf: tensor '%s': ggml type %u is "
                           "not supported (F32, F16, BF16, Q8_0, Q4_0, Q4_1)",
                           t->name, t->type);
     t->nbytes = xent__gguf_nbytes(t->type, t->numel);
     if (!t->nbytes)
-        return xent__fail(XENT_ERR_FORMAT, "gguf: tensor '%s': %lld elements "
+        return xent_set_error(XENT_ERR_FORMAT, "gguf: tensor '%s': %lld elements "
                           "is not a whole number of %s blocks", t->name,
                           (long long)t->numel, type_name(t->type));
     return XENT_OK;
@@ -216,7 +216,7 @@ static int tensor_cmp(const void *a, const void *b) {
 static xent_status check_unique_keys(const xent__gguf *g) {
     if (g->n_kv < 2) return XENT_OK;
     const xent__gguf_kv **s = malloc((size_t)g->n_kv * sizeof *s);
-    if (!s) return xent__fail(XENT_ERR_ALLOC, "gguf: key index");
+    if (!s) return xent_set_error(XENT_ERR_ALLOC, "gguf: key index");
     for (int64_t i = 0; i < g->n_kv; i++) s[i] = &g->kv[i];
     qsort(s, (size_t)g->n_kv, sizeof *s, kv_cmp);
     xent_status st = XENT_OK;
@@ -226,7 +226,7 @@ static xent_status check_unique_keys(const xent__gguf *g) {
             /* the first pair of this name (sorted by index within it) */
             char key[128];
             key_copy(key, sizeof key, a->key, a->klen);
-            st = xent__fail(XENT_ERR_FORMAT, "gguf: metadata key '%s' appears "
+            st = xent_set_error(XENT_ERR_FORMAT, "gguf: metadata key '%s' appears "
                             "twice (keys %lld and %lld)", key,
                             (long long)(a - g->kv), (long long)(b - g->kv));
             break;
@@ -239,13 +239,13 @@ static xent_status check_unique_keys(const xent__gguf *g) {
 static xent_status check_unique_tensors(const xent__gguf *g) {
     if (g->n_tensors < 2) return XENT_OK;
     const xent__gguf_tensor **s = malloc((size_t)g->n_tensors * sizeof *s);
-    if (!s) return xent__fail(XENT_ERR_ALLOC, "gguf: tensor index");
+    if (!s) return xent_set_error(XENT_ERR_ALLOC, "gguf: tensor index");
     for (int64_t i = 0; i < g->n_tensors; i++) s[i] = &g->tensors[i];
     qsort(s, (size_t)g->n_tensors, sizeof *s, tensor_cmp);
     xent_status st = XENT_OK;
     for (int64_t i = 1; i < g->n_tensors; i++)
         if (!strcmp(s[i - 1]->name, s[i]->name)) {
-            st = xent__fail(XENT_ERR_FORMAT, "gguf: tensor '%s' appears twice "
+            st = xent_set_error(XENT_ERR_FORMAT, "gguf: tensor '%s' appears twice "
                             "(tensor infos %lld and %lld)", s[i]->name,
                             (long long)(s[i - 1] - g->tensors),
                             (long long)(s[i] - g->tensors));
@@ -273,21 +273,21 @@ xent_status xent__gguf_parse(const uint8_t *p, uint64_t size, xent__gguf *g) {
     xent_status st;
     if ((st = rd(&c, &magic, 4, "magic"))) return st;
     if (magic != GGUF_MAGIC)
-        return xent__fail(XENT_ERR_FORMAT, "gguf: bad magic 0x%08x (not a "
+        return xent_set_error(XENT_ERR_FORMAT, "gguf: bad magic 0x%08x (not a "
                           "GGUF file)", magic);
     if ((st = rd(&c, &g->version, 4, "version"))) return st;
     if (g->version != 2 && g->version != 3)
-        return xent__fail(XENT_ERR_FORMAT, "gguf: version %u is not supported "
+        return xent_set_error(XENT_ERR_FORMAT, "gguf: version %u is not supported "
                           "(2, 3)", g->version);
     if ((st = rd(&c, &nt, 8, "n_tensors")) || (st = rd(&c, &nkv, 8, "n_kv")))
         return st;
     /* a key-value pair takes >= 13 bytes, a tensor info >= 28 */
     if (nkv > size / 13)
-        return xent__fail(XENT_ERR_FORMAT, "gguf: n_kv = %llu cannot fit in "
+        return xent_set_error(XENT_ERR_FORMAT, "gguf: n_kv = %llu cannot fit in "
                           "%llu bytes", (unsigned long long)nkv,
                           (unsigned long long)size);
     if (nt > size / 28)
-        return xent__fail(XENT_ERR_FORMAT, "gguf: n_tensors = %llu cannot fit "
+        return xent_set_error(XENT_ERR_FORMAT, "gguf: n_tensors = %llu cannot fit "
                           "in %llu bytes", (unsigned long long)nt,
                           (unsigned long long)size);
     g->n_kv = (int64_t)nkv;
@@ -296,7 +296,7 @@ xent_status xent__gguf_parse(const uint8_t *p, uint64_t size, xent__gguf *g) {
     g->tensors = calloc((size_t)nt + 1, sizeof *g->tensors);
     if (!g->kv || !g->tensors) {
         xent__gguf_free(g);
-        return xent__fail(XENT_ERR_ALLOC, "gguf: tables");
+        return xent_set_error(XENT_ERR_ALLOC, "gguf: tables");
     }
     for (int64_t i = 0; i < g->n_kv; i++)
         if ((st = parse_kv(&c, &g->kv[i], i))) goto fail;
@@ -308,25 +308,43 @@ xent_status xent__gguf_parse(const uint8_t *p, uint64_t size, xent__gguf *g) {
     const xent__gguf_kv *a = xent__gguf_find(g, "general.alignment");
     if (a && (!xent__gguf_int(g, "general.alignment", &al) || al <= 0 ||
               al > 65536 || (al & (al - 1)))) {
-        st = xent__fail(XENT_ERR_FORMAT, "gguf: general.alignment is not a "
+        st = xent_set_error(XENT_ERR_FORMAT, "gguf: general.alignment is not a "
                         "power of two in [1, 65536]");
         goto fail;
     }
     g->alignment = (uint64_t)al;
     g->data_off = (c.pos + g->alignment - 1) / g->alignment * g->alignment;
+    if (g->data_off > size && g->n_tensors > 0) {
+        st = xent_set_error(XENT_ERR_FORMAT, "gguf: the data section (byte %llu) starts past the end "
+                            "of the file (%llu bytes)", (unsigned long long)g->data_off,
+                            (unsigned long long)size);
+        goto fail;
+    }
+    /* llama.cpp's rule: the tensors' data lie in the order of their infos,
+     * each at the running offset (the previous end rounded up to the
+     * alignment): sequential, aligned, never overlapping, so the bytes the
+     * tensors claim are bytes the file has (a file of N bytes cannot make
+     * the loader allocate more than ~7 N bytes of fp32 weights) */
+    uint64_t want = 0;
     for (int64_t i = 0; i < g->n_tensors; i++) {
         xent__gguf_tensor *t = &g->tensors[i];
-        if (t->off % g->alignment || t->off > size || g->data_off > size ||
-            t->off > size - g->data_off ||
-            t->nbytes > size - g->data_off - t->off) {
-            st = xent__fail(XENT_ERR_FORMAT, "gguf: tensor '%s': data at "
-                            "offset %llu (+%llu bytes) is misaligned or past "
-                            "the end of the file (%llu bytes)", t->name,
-                            (unsigned long long)t->off,
-                            (unsigned long long)t->nbytes,
-                            (unsigned long long)size);
+        if (t->off != want) {
+            st = xent_set_error(XENT_ERR_FORMAT, "gguf: tensor '%s' (info %lld): data offset %llu, "
+                                "expected %llu (tensor data must be sequential, %llu-byte aligned and "
+                                "non-overlapping, as llama.cpp requires)", t->name, (long long)i,
+                                (unsigned long long)t->off, (unsigned long long)want,
+                                (unsigned long long)g->alignment);
             goto fail;
         }
+        if (t->nbytes > size - g->data_off || t->off > size - g->data_off - t->nbytes) {
+            st = xent_set_error(XENT_ERR_FORMAT, "gguf: tensor '%s': data at offset %llu (+%llu bytes) "
+                                "runs past the end of the file (%llu bytes)", t->name,
+                                (unsigned long long)t->off, (unsigned long long)t->nbytes,
+                                (unsigned long long)size);
+            goto fail;
+        }
+        /* in the file, so this cannot overflow */
+        want = t->off + (t->nbytes + g->alignment - 1) / g->alignment * g->alignment;
         t->off += g->data_off;
     }
     return XENT_OK;
@@ -407,7 +425,7 @@ static float ld_f16(const uint8_t *p) {
 xent_status xent__gguf_dequant(uint32_t type, const uint8_t *src, int64_t n,
                                float *dst) {
     if (!xent__gguf_nbytes(type, n))
-        return xent__fail(XENT_ERR_FORMAT, "gguf: cannot dequantize %lld "
+        return xent_set_error(XENT_ERR_FORMAT, "gguf: cannot dequantize %lld "
                           "elements of type %u", (long long)n, type);
     switch (type) {
     case XENT__GG_F32: memcpy(dst, src, (size_t)n * 4); break;

@@ -45,78 +45,226 @@ static void gguf_name(const xent_model *m, int i, char *out, size_t cap) {
         snprintf(out, cap, "?");
 }
 
-static int64_t need_int(const xent__gguf *g, const char *arch,
-                        const char *field, int64_t dflt, xent_status *st) {
-    char key[128];
-    snprintf(key, sizeof key, "%s.%s", arch, field);
-    int64_t v;
-    if (xent__gguf_int(g, key, &v)) return v;
-    if (dflt < 0 && !*st)
-        *st = xent__fail(XENT_ERR_FORMAT, "gguf: metadata '%s' is missing or "
-                         "not an integer", key);
-    return dflt;
+static const char *value_type_name(uint32_t t);
+
+/* ---- metadata, every value checked ------------------------------------ */
+
+/* A metadata value as text for messages. */
+static void kv_shown(const xent__gguf *g, const xent__gguf_kv *kv, char *buf, size_t cap) {
+    const uint8_t *p = g->p + kv->off;
+    union { uint8_t u8; int8_t i8; uint16_t u16; int16_t i16; uint32_t u32; int32_t i32;
+            float f32; uint64_t u64; int64_t i64; double f64; } v;
+    memset(&v, 0, sizeof v);
+    if (kv->type != XENT__GT_ARR && kv->type != XENT__GT_STR) {
+        static const size_t sz[XENT__GT_COUNT] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
+        memcpy(&v, p, kv->type < XENT__GT_COUNT ? sz[kv->type] : 0);
+    }
+    switch (kv->type) {
+    case XENT__GT_U8: snprintf(buf, cap, "%u (u8)", v.u8); break;
+    case XENT__GT_I8: snprintf(buf, cap, "%d (i8)", v.i8); break;
+    case XENT__GT_U16: snprintf(buf, cap, "%u (u16)", v.u16); break;
+    case XENT__GT_I16: snprintf(buf, cap, "%d (i16)", v.i16); break;
+    case XENT__GT_U32: snprintf(buf, cap, "%u (u32)", v.u32); break;
+    case XENT__GT_I32: snprintf(buf, cap, "%d (i32)", v.i32); break;
+    case XENT__GT_U64: snprintf(buf, cap, "%llu (u64)", (unsigned long long)v.u64); break;
+    case XENT__GT_I64: snprintf(buf, cap, "%lld (i64)", (long long)v.i64); break;
+    case XENT__GT_F32: snprintf(buf, cap, "%.9g (f32)", (double)v.f32); break;
+    case XENT__GT_F64: snprintf(buf, cap, "%.17g (f64)", v.f64); break;
+    case XENT__GT_BOOL: snprintf(buf, cap, "%s (bool)", v.u8 ? "true" : "false"); break;
+    case XENT__GT_STR: {
+        uint64_t n;
+        memcpy(&n, p, 8);
+        snprintf(buf, cap, "\"%.*s\" (string)", (int)(n < 40 ? n : 40), (const char *)p + 8);
+        for (char *c = buf; *c; c++)
+            if ((unsigned char)*c < 32 || (unsigned char)*c > 126) *c = '?';
+        break;
+    }
+    default:
+        snprintf(buf, cap, "an array of %llu %s", (unsigned long long)kv->n, value_type_name(kv->atype));
+    }
 }
 
-static xent_status gguf_config(const xent__gguf *g, xent_model_config *c) {
+/* Reads a numeric value as a double (any integer or float type) and says
+ * whether its type is an integer type. 0: not a number. */
+static int kv_number(const xent__gguf *g, const xent__gguf_kv *kv, double *d, int *is_int) {
+    const uint8_t *p = g->p + kv->off;
+    union { uint8_t u8; int8_t i8; uint16_t u16; int16_t i16; uint32_t u32; int32_t i32;
+            float f32; uint64_t u64; int64_t i64; double f64; } v;
+    *is_int = 1;
+    switch (kv->type) {
+    case XENT__GT_U8: memcpy(&v.u8, p, 1); *d = v.u8; return 1;
+    case XENT__GT_I8: memcpy(&v.i8, p, 1); *d = v.i8; return 1;
+    case XENT__GT_U16: memcpy(&v.u16, p, 2); *d = v.u16; return 1;
+    case XENT__GT_I16: memcpy(&v.i16, p, 2); *d = v.i16; return 1;
+    case XENT__GT_U32: memcpy(&v.u32, p, 4); *d = v.u32; return 1;
+    case XENT__GT_I32: memcpy(&v.i32, p, 4); *d = v.i32; return 1;
+    case XENT__GT_U64: memcpy(&v.u64, p, 8); *d = (double)v.u64; return 1;
+    case XENT__GT_I64: memcpy(&v.i64, p, 8); *d = (double)v.i64; return 1;
+    case XENT__GT_F32: memcpy(&v.f32, p, 4); *d = v.f32; *is_int = 0; return 1;
+    case XENT__GT_F64: memcpy(&v.f64, p, 8); *d = v.f64; *is_int = 0; return 1;
+    default: return 0;
+    }
+}
+
+/* Integer metadata `key` in [lo, hi] (any integer type); dflt when absent
+ * and not required. A float, a string, NaN, ... is an error naming the
+ * key, the value and the file. */
+static int64_t g_int(const xent__gguf *g, const char *path, const char *key, int required,
+                     int64_t lo, int64_t hi, int64_t dflt, xent_status *st) {
+    if (*st) return dflt;
+    const xent__gguf_kv *kv = xent__gguf_find(g, key);
+    if (!kv) {
+        if (required)
+            *st = xent_set_error(XENT_ERR_FORMAT, "gguf: %s: metadata '%s' is missing", path, key);
+        return dflt;
+    }
+    double d = 0;
+    int is_int = 0;
+    char v[96];
+    kv_shown(g, kv, v, sizeof v);
+    if (!kv_number(g, kv, &d, &is_int) || !is_int) {
+        *st = xent_set_error(XENT_ERR_FORMAT, "gguf: %s: metadata '%s' = %s: must be an integer", path,
+                             key, v);
+        return dflt;
+    }
+    if (d < (double)lo || d > (double)hi) {
+        *st = xent_set_error(XENT_ERR_SHAPE, "gguf: %s: metadata '%s' = %s: outside [%lld, %lld]", path,
+                             key, v, (long long)lo, (long long)hi);
+        return dflt;
+    }
+    return (int64_t)d;
+}
+
+/* Number metadata in (lo, hi] or [lo, hi]; finite; dflt when absent. */
+static double g_f64(const xent__gguf *g, const char *path, const char *key, double lo, int lo_open,
+                    double hi, double dflt, xent_status *st) {
+    if (*st) return dflt;
+    const xent__gguf_kv *kv = xent__gguf_find(g, key);
+    if (!kv) return dflt;
+    double d = 0;
+    int is_int = 0;
+    char v[96];
+    kv_shown(g, kv, v, sizeof v);
+    if (!kv_number(g, kv, &d, &is_int)) {
+        *st = xent_set_error(XENT_ERR_FORMAT, "gguf: %s: metadata '%s' = %s: must be a number", path, key, v);
+        return dflt;
+    }
+    if (!isfinite(d) || d < lo || (lo_open && d == lo) || d > hi) {
+        *st = xent_set_error(XENT_ERR_VALUE, "gguf: %s: metadata '%s' = %s: outside %s%g, %g]", path, key,
+                             v, lo_open ? "(" : "[", lo, hi);
+        return dflt;
+    }
+    return d;
+}
+
+/* String metadata: printable (no NUL, no control byte), shorter than cap.
+ * 0 when absent. */
+static int g_str(const xent__gguf *g, const char *path, const char *key, char *out, size_t cap,
+                 xent_status *st) {
+    if (*st) return 0;
+    const xent__gguf_kv *kv = xent__gguf_find(g, key);
+    if (!kv) return 0;
+    char v[96];
+    kv_shown(g, kv, v, sizeof v);
+    const char *s;
+    uint64_t n;
+    if (!xent__gguf_str(g, key, &s, &n)) {
+        *st = xent_set_error(XENT_ERR_FORMAT, "gguf: %s: metadata '%s' = %s: must be a string", path, key, v);
+        return 0;
+    }
+    for (uint64_t i = 0; i < n; i++)
+        if ((unsigned char)s[i] < 32 || s[i] == 127) {
+            *st = xent_set_error(XENT_ERR_FORMAT, "gguf: %s: metadata '%s' = %s: holds a NUL or control "
+                                 "character (byte %llu)", path, key, v, (unsigned long long)i);
+            return 0;
+        }
+    if (n >= cap) {
+        *st = xent_set_error(XENT_ERR_FORMAT, "gguf: %s: metadata '%s' = %s: longer than %zu bytes", path,
+                             key, v, cap - 1);
+        return 0;
+    }
+    memcpy(out, s, (size_t)n);
+    out[n] = 0;
+    return 1;
+}
+
+static xent_status gguf_config(const xent__gguf *g, const char *path, xent_model_config *c) {
     xent_model_config_init(c);
-    const char *a;
-    uint64_t an;
-    if (!xent__gguf_str(g, "general.architecture", &a, &an))
-        return xent__fail(XENT_ERR_FORMAT,
-                          "gguf: general.architecture is missing");
-    if (an >= sizeof c->arch) an = sizeof c->arch - 1;
-    memcpy(c->arch, a, (size_t)an);
-    c->arch[an] = 0;
-    if (strcmp(c->arch, "llama") && strcmp(c->arch, "qwen2"))
-        return xent__fail(XENT_ERR_UNSUPPORTED, "gguf: architecture '%s' is "
-                          "not supported; supported: %s", c->arch,
-                          xent_model_supported_archs());
     xent_status st = XENT_OK;
-    c->n_layers = need_int(g, c->arch, "block_count", -1, &st);
-    c->dim = need_int(g, c->arch, "embedding_length", -1, &st);
-    c->hidden = need_int(g, c->arch, "feed_forward_length", -1, &st);
-    c->n_heads = need_int(g, c->arch, "attention.head_count", -1, &st);
-    if (st) return st;
-    c->n_kv_heads = need_int(g, c->arch, "attention.head_count_kv",
-                             c->n_heads, &st);
-    c->max_seq = need_int(g, c->arch, "context_length", 0, &st);
-    c->head_dim = need_int(g, c->arch, "attention.key_length",
-                           c->n_heads > 0 ? c->dim / c->n_heads : 0, &st);
-    int64_t rd = need_int(g, c->arch, "rope.dimension_count", c->head_dim,
-                          &st);
-    if (rd != c->head_dim)
-        return xent__fail(XENT_ERR_UNSUPPORTED, "gguf: %s.rope.dimension_count "
-                          "= %lld differs from head_dim %lld (partial rotary "
-                          "is not supported)", c->arch, (long long)rd,
-                          (long long)c->head_dim);
+    if (!g_str(g, path, "general.architecture", c->arch, sizeof c->arch, &st))
+        return st ? st : xent_set_error(XENT_ERR_FORMAT, "gguf: %s: general.architecture is missing", path);
+    if (strcmp(c->arch, "llama") && strcmp(c->arch, "qwen2"))
+        return xent_set_error(XENT_ERR_UNSUPPORTED, "gguf: %s: architecture '%s' is "
+                          "not supported; supported: %s", path, c->arch,
+                          xent_model_supported_archs());
     char key[128];
-    snprintf(key, sizeof key, "%s.rope.freq_base", c->arch);
-    if (!xent__gguf_f64(g, key, &c->rope_theta)) c->rope_theta = 10000.0;
-    snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", c->arch);
-    if (!xent__gguf_f64(g, key, &c->norm_eps)) c->norm_eps = 1e-5;
-    snprintf(key, sizeof key, "%s.rope.scaling.type", c->arch);
-    const char *sc;
-    uint64_t scn;
-    if (xent__gguf_str(g, key, &sc, &scn) &&
-        !(scn == 4 && !memcmp(sc, "none", 4)))
-        return xent__fail(XENT_ERR_UNSUPPORTED, "gguf: %s = '%.*s' is not "
+    const char *A = c->arch;
+#define KEY(f) (snprintf(key, sizeof key, "%s.%s", A, f), key)
+    const int64_t big = (int64_t)1 << 24;
+    c->n_layers = g_int(g, path, KEY("block_count"), 1, 1, 4096, 0, &st);
+    c->dim = g_int(g, path, KEY("embedding_length"), 1, 1, big, 0, &st);
+    c->hidden = g_int(g, path, KEY("feed_forward_length"), 1, 1, big, 0, &st);
+    c->n_heads = g_int(g, path, KEY("attention.head_count"), 1, 1, 4096, 0, &st);
+    if (st) return st;
+    c->n_kv_heads = g_int(g, path, KEY("attention.head_count_kv"), 0, 1, 4096, c->n_heads, &st);
+    c->max_seq = g_int(g, path, KEY("context_length"), 0, 1, (int64_t)1 << 40, 0, &st);
+    if (st) return st;
+    if (!xent__gguf_find(g, KEY("attention.key_length")) && c->dim % c->n_heads)
+        return xent_set_error(XENT_ERR_SHAPE, "gguf: %s: %s.embedding_length = %lld is not a multiple "
+                              "of %s.attention.head_count = %lld", path, A, (long long)c->dim, A,
+                              (long long)c->n_heads);
+    if (c->n_heads % c->n_kv_heads)
+        return xent_set_error(XENT_ERR_SHAPE, "gguf: %s: %s.attention.head_count = %lld is not a "
+                              "multiple of %s.attention.head_count_kv = %lld", path, A,
+                              (long long)c->n_heads, A, (long long)c->n_kv_heads);
+    c->head_dim = g_int(g, path, KEY("attention.key_length"), 0, 1, 65536, c->dim / c->n_heads, &st);
+    int64_t vd = g_int(g, path, KEY("attention.value_length"), 0, 1, 65536, c->head_dim, &st);
+    int64_t rd = g_int(g, path, KEY("rope.dimension_count"), 0, 1, 65536, c->head_dim, &st);
+    if (st) return st;
+    if (vd != c->head_dim)
+        return xent_set_error(XENT_ERR_UNSUPPORTED, "gguf: %s: %s.attention.value_length = %lld differs "
+                              "from key_length %lld", path, A, (long long)vd, (long long)c->head_dim);
+    if (rd != c->head_dim)
+        return xent_set_error(XENT_ERR_UNSUPPORTED, "gguf: %s: %s.rope.dimension_count "
+                          "= %lld differs from head_dim %lld (partial rotary "
+                          "is not supported)", path, A, (long long)rd,
+                          (long long)c->head_dim);
+    c->rope_theta = g_f64(g, path, KEY("rope.freq_base"), 0, 1, 1e12, 10000.0, &st);
+    c->norm_eps = g_f64(g, path, KEY("attention.layer_norm_rms_epsilon"), 0, 0, 0.5, 1e-5, &st);
+    char sc[32];
+    if (g_str(g, path, KEY("rope.scaling.type"), sc, sizeof sc, &st) && strcmp(sc, "none"))
+        return xent_set_error(XENT_ERR_UNSUPPORTED, "gguf: %s: %s = '%s' is not "
                           "supported (none; llama3 scaling via an HF "
-                          "checkpoint)", key, (int)(scn > 32 ? 32 : scn), sc);
+                          "checkpoint)", path, key, sc);
+    if (st) return st;
     if (xent__gguf_tensor_find(g, "rope_freqs.weight"))
-        return xent__fail(XENT_ERR_UNSUPPORTED, "gguf: rope_freqs.weight "
+        return xent_set_error(XENT_ERR_UNSUPPORTED, "gguf: %s: rope_freqs.weight "
                           "(llama3 rope scaling) is not supported in GGUF; "
-                          "load the HF checkpoint");
+                          "load the HF checkpoint", path);
     const xent__gguf_tensor *e = xent__gguf_tensor_find(g, "token_embd.weight");
     if (!e || e->ndim != 2)
-        return xent__fail(XENT_ERR_FORMAT, "gguf: token_embd.weight is "
-                          "missing or not 2-D");
+        return xent_set_error(XENT_ERR_FORMAT, "gguf: %s: token_embd.weight is "
+                          "missing or not 2-D", path);
     c->vocab = e->ne[1];
+    /* the vocabulary the metadata states must be the embedding's */
+    int64_t vs = g_int(g, path, KEY("vocab_size"), 0, 1, (int64_t)1 << 31, c->vocab, &st);
+    if (st) return st;
+    if (vs != c->vocab)
+        return xent_set_error(XENT_ERR_SHAPE, "gguf: %s: %s.vocab_size = %lld but token_embd.weight has "
+                              "%lld rows", path, A, (long long)vs, (long long)c->vocab);
+#undef KEY
     c->tied_head = xent__gguf_tensor_find(g, "output.weight") == NULL;
     c->qkv_bias = xent__gguf_tensor_find(g, "blk.0.attn_q.bias") != NULL;
-    int64_t v;
-    if (xent__gguf_int(g, "tokenizer.ggml.bos_token_id", &v)) c->bos_id = v;
-    if (xent__gguf_int(g, "tokenizer.ggml.eos_token_id", &v)) c->eos_id = v;
-    return xent_model_config_check(c);
+    c->bos_id = g_int(g, path, "tokenizer.ggml.bos_token_id", 0, 0, c->vocab - 1, -1, &st);
+    c->eos_id = g_int(g, path, "tokenizer.ggml.eos_token_id", 0, 0, c->vocab - 1, -1, &st);
+    if (st) return st;
+    st = xent_model_config_check(c);
+    if (st) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", xent_last_error());
+        return xent_set_error(st, "gguf: %s: %s", path, msg);
+    }
+    return XENT_OK;
 }
 
 /* String array -> malloc'ed pointer/length tables (pointing into the image). */
@@ -126,11 +274,11 @@ static xent_status str_array(const xent__gguf *g, const char *key,
     *s = NULL, *len = NULL, *n = 0;
     if (!kv) return XENT_OK;
     if (kv->type != XENT__GT_ARR || kv->atype != XENT__GT_STR)
-        return xent__fail(XENT_ERR_FORMAT, "gguf: %s is not a string array",
+        return xent_set_error(XENT_ERR_FORMAT, "gguf: %s is not a string array",
                           key);
     *s = malloc((size_t)(kv->n + 1) * sizeof **s);
     *len = malloc((size_t)(kv->n + 1) * sizeof **len);
-    if (!*s || !*len) return xent__fail(XENT_ERR_ALLOC, "gguf: %s", key);
+    if (!*s || !*len) return xent_set_error(XENT_ERR_ALLOC, "gguf: %s", key);
     uint64_t off = kv->off; /* the parser walked these: in bounds */
     for (uint64_t i = 0; i < kv->n; i++) {
         uint64_t l;
@@ -157,22 +305,22 @@ static xent_status token_type_check(const xent__gguf *g,
     const char *key = "tokenizer.ggml.token_type";
     int has_tokens = xent__gguf_find(g, "tokenizer.ggml.tokens") != NULL;
     if (ty->type != XENT__GT_ARR)
-        return xent__fail(XENT_ERR_FORMAT, "gguf: %s: a scalar %s, expected "
+        return xent_set_error(XENT_ERR_FORMAT, "gguf: %s: a scalar %s, expected "
                           "an array of %lld i32 (one per token)", key,
                           value_type_name(ty->type), (long long)nt);
     if (ty->atype != XENT__GT_I32)
-        return xent__fail(XENT_ERR_FORMAT, "gguf: %s: array of %llu %s, "
+        return xent_set_error(XENT_ERR_FORMAT, "gguf: %s: array of %llu %s, "
                           "expected an array of %lld i32 (one per token)", key,
                           (unsigned long long)ty->n,
                           value_type_name(ty->atype), (long long)nt);
     if (has_tokens && ty->n != (uint64_t)nt)
-        return xent__fail(XENT_ERR_FORMAT, "gguf: %s: array of %llu i32, the "
+        return xent_set_error(XENT_ERR_FORMAT, "gguf: %s: array of %llu i32, the "
                           "tokens array has %lld", key,
                           (unsigned long long)ty->n, (long long)nt);
     return XENT_OK;
 }
 
-static xent_status gguf_tokenizer(const xent__gguf *g, xent_model *m) {
+static xent_status gguf_tokenizer(const xent__gguf *g, const char *path, xent_model *m) {
     const char *tm;
     uint64_t tn;
     if (!xent__gguf_str(g, "tokenizer.ggml.model", &tm, &tn) ||
@@ -183,20 +331,20 @@ static xent_status gguf_tokenizer(const xent__gguf *g, xent_model *m) {
     int64_t nt = 0, nm = 0;
     int32_t *types = NULL;
     char pre[64] = "default";
-    const char *ps;
-    uint64_t pn;
-    if (xent__gguf_str(g, "tokenizer.ggml.pre", &ps, &pn)) {
-        size_t k = pn < sizeof pre - 1 ? (size_t)pn : sizeof pre - 1;
-        memcpy(pre, ps, k);
-        pre[k] = 0;
-    }
-    xent_status st = str_array(g, "tokenizer.ggml.tokens", &toks, &tl, &nt);
+    xent_status st = XENT_OK;
+    g_str(g, path, "tokenizer.ggml.pre", pre, sizeof pre, &st);
+    if (!st) st = str_array(g, "tokenizer.ggml.tokens", &toks, &tl, &nt);
     if (!st) st = str_array(g, "tokenizer.ggml.merges", &mer, &ml, &nm);
     const xent__gguf_kv *ty = xent__gguf_find(g, "tokenizer.ggml.token_type");
     if (!st && ty) st = token_type_check(g, ty, nt);
+    /* one token per row of the embedding, as llama.cpp requires */
+    if (!st && nt != m->cfg.vocab)
+        st = xent_set_error(XENT_ERR_SHAPE, "gguf: %s: tokenizer.ggml.tokens has %lld tokens but "
+                            "token_embd.weight has %lld rows", path, (long long)nt,
+                            (long long)m->cfg.vocab);
     if (!st && ty && nt > 0) {
         types = malloc((size_t)(nt + 1) * sizeof *types);
-        if (!types) st = xent__fail(XENT_ERR_ALLOC, "gguf: token types");
+        if (!types) st = xent_set_error(XENT_ERR_ALLOC, "gguf: token types");
         else memcpy(types, g->p + ty->off, (size_t)nt * 4);
     }
     if (!st && nt > 0)
@@ -215,13 +363,13 @@ static xent_status gguf_find_param(const xent__gguf *g, const xent_model *m,
     gguf_name(m, i, nm, sizeof nm);
     const xent__gguf_tensor *t = xent__gguf_tensor_find(g, nm);
     if (!t)
-        return xent__fail(XENT_ERR_NOT_FOUND, "gguf: tensor '%s' (%s) is "
+        return xent_set_error(XENT_ERR_NOT_FOUND, "gguf: tensor '%s' (%s) is "
                           "missing", nm, p->name);
     int64_t want0 = p->ndim == 2 ? p->shape[1] : p->shape[0];
     int64_t want1 = p->ndim == 2 ? p->shape[0] : 1;
     if ((int)t->ndim > p->ndim || t->ne[0] != want0 || t->ne[1] != want1 ||
         t->ne[2] != 1 || t->ne[3] != 1)
-        return xent__fail(XENT_ERR_SHAPE, "gguf: tensor '%s' has shape "
+        return xent_set_error(XENT_ERR_SHAPE, "gguf: tensor '%s' has shape "
                           "[%lld, %lld], expected [%lld, %lld] (ne order)",
                           nm, (long long)t->ne[0], (long long)t->ne[1],
                           (long long)want0, (long long)want1);
@@ -266,14 +414,14 @@ xent_status xent__model_from_gguf(const uint8_t *p, uint64_t size,
     xent_model *m = calloc(1, sizeof *m);
     if (!m) {
         xent__gguf_free(&g);
-        return xent__fail(XENT_ERR_ALLOC, "model");
+        return xent_set_error(XENT_ERR_ALLOC, "model");
     }
-    st = gguf_config(&g, &m->cfg);
+    st = gguf_config(&g, path, &m->cfg);
     if (!st) st = xent__model_layout(m);
     if (!st) st = gguf_check_tensors(&g, m);
     if (!st) st = xent__model_alloc(m);
     if (!st) st = gguf_tensors(&g, m);
-    if (!st) st = gguf_tokenizer(&g, m);
+    if (!st) st = gguf_tokenizer(&g, path, m);
     if (!st) {
         snprintf(m->source, sizeof m->source, "%s", path);
         const xent__gguf_tensor *t = xent__gguf_tensor_find(&g, "blk.0.attn_q.weight");
@@ -292,21 +440,21 @@ xent_status xent__model_from_gguf(const uint8_t *p, uint64_t size,
 }
 
 xent_status xent_model_load_gguf(const char *path, xent_model **out) {
-    if (!path || !out) return xent__fail(XENT_ERR_NULL, "load_gguf: NULL");
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return xent__fail(XENT_ERR_IO, "cannot open '%s'", path);
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || sb.st_size <= 0) {
-        close(fd);
-        return xent__fail(XENT_ERR_FORMAT, "gguf: '%s' is empty or unreadable",
-                          path);
+    if (!path || !out) return xent_set_error(XENT_ERR_NULL, "load_gguf: NULL");
+    /* a FIFO, a device or a directory is refused before it is read */
+    uint64_t size = 0;
+    FILE *f = xent_file_open(path, &size);
+    if (!f) return XENT_ERR_IO;
+    if (size == 0 || size > (uint64_t)SIZE_MAX) {
+        fclose(f);
+        return xent_set_error(XENT_ERR_FORMAT, "gguf: '%s' is empty or too large", path);
     }
-    void *p = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-    close(fd);
+    void *p = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fileno(f), 0);
+    fclose(f);
     if (p == MAP_FAILED)
-        return xent__fail(XENT_ERR_IO, "cannot map '%s'", path);
-    xent_status st = xent__model_from_gguf(p, (uint64_t)sb.st_size, path, out);
-    munmap(p, (size_t)sb.st_size);
+        return xent_set_error(XENT_ERR_IO, "cannot map '%s'", path);
+    xent_status st = xent__model_from_gguf(p, size, path, out);
+    munmap(p, (size_t)size);
     return st;
 }
 
@@ -356,8 +504,11 @@ static void kv_str(buf *b, const char *k, const char *v) {
 }
 
 xent_status xent_model_save_gguf(const xent_model *m, const char *path) {
-    if (!m || !path) return xent__fail(XENT_ERR_NULL, "save_gguf: NULL");
+    if (!m || !path) return xent_set_error(XENT_ERR_NULL, "save_gguf: NULL");
     const xent_model_config *c = &m->cfg;
+    if (strcmp(c->arch, "llama") && strcmp(c->arch, "qwen2"))
+        return xent_set_error(XENT_ERR_UNSUPPORTED, "save_gguf: architecture '%s': GGUF is "
+                              "written for llama and qwen2 only (use save_hf)", c->arch);
     buf b = {0};
     const xent_tokenizer *tk = m->tok;
     uint64_t nkv = 10 + (tk ? 6 : 0);
@@ -454,12 +605,17 @@ xent_status xent_model_save_gguf(const xent_model *m, const char *path) {
     free(tmp);
     if (b.oom) {
         free(b.p);
-        return xent__fail(XENT_ERR_ALLOC, "save_gguf: buffer");
+        return xent_set_error(XENT_ERR_ALLOC, "save_gguf: buffer");
     }
-    FILE *f = fopen(path, "wb");
-    int ok = f && fwrite(b.p, 1, b.n, f) == b.n;
-    if (f && fclose(f) != 0) ok = 0;
+    /* to PATH.tmp.XXXXXX, flushed, then renamed over PATH: a failure
+     * leaves the old file as it was */
+    char *tmpname = NULL;
+    FILE *f = xent_file_create(path, &tmpname);
+    if (!f) {
+        free(b.p);
+        return XENT_ERR_IO;
+    }
+    int ok = fwrite(b.p, 1, b.n, f) == b.n;
     free(b.p);
-    if (!ok) return xent__fail(XENT_ERR_IO, "cannot write '%s'", path);
-    return XENT_OK;
+    return xent_file_commit(f, tmpname, path, ok);
 }

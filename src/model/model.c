@@ -14,25 +14,57 @@ void xent_model_config_init(xent_model_config *c) {
     c->norm_eps = 1e-5;
     c->rope_scaling = XENT_ROPE_NONE;
     c->bos_id = c->eos_id = -1;
+    c->init_std = 0.02;
 }
 
 const char *xent_model_supported_archs(void) {
-    return "llama (Llama 1/2/3, SmolLM2, Mistral without sliding window), "
-           "qwen2 (q/k/v biases)";
+    return "llama (Llama 1/2/3, SmolLM2), qwen2 (q/k/v biases), qwen3 (q/k "
+           "norms), mistral (sliding window), gemma2 (sandwich norms, GeGLU, "
+           "soft-capping, local/global layers), gemma3_text (q/k norms, "
+           "local/global layers and RoPE bases)";
+}
+
+static int arch_known(const char *a) {
+    return !strcmp(a, "llama") || !strcmp(a, "qwen2") || !strcmp(a, "qwen3") ||
+           !strcmp(a, "mistral") || !strcmp(a, "gemma2") ||
+           !strcmp(a, "gemma3_text");
+}
+
+int xent_model_layer_sliding(const xent_model_config *c, int64_t l) {
+    if (!c || c->sliding_window <= 0 || c->swa_pattern <= 0) return 0;
+    if (c->swa_pattern == 1) return 1;
+    return (l + 1) % c->swa_pattern != 0;
+}
+
+xent_status xent_model_config_family(xent_model_config *c) {
+    if (!c) return xent_set_error(XENT_ERR_NULL, "model config is NULL");
+    if (!arch_known(c->arch))
+        return xent_set_error(XENT_ERR_UNSUPPORTED,
+                              "architecture '%s' is not supported; supported: %s",
+                              c->arch, xent_model_supported_archs());
+    int gemma = !strncmp(c->arch, "gemma", 5);
+    c->qk_norm = !strcmp(c->arch, "qwen3") || !strcmp(c->arch, "gemma3_text");
+    c->sandwich_norm = c->norm_plus_one = c->gelu_tanh = c->embed_scale = gemma;
+    c->qkv_bias = !strcmp(c->arch, "qwen2");
+    c->swa_pattern = !strcmp(c->arch, "mistral")  ? 1
+                     : !strcmp(c->arch, "gemma2") ? 2
+                     : !strcmp(c->arch, "gemma3_text") ? 6
+                                                       : 0;
+    return XENT_OK;
 }
 
 static xent_status pos_field(const char *name, int64_t v, int64_t max) {
     if (v <= 0 || v > max)
-        return xent__fail(XENT_ERR_SHAPE,
+        return xent_set_error(XENT_ERR_SHAPE,
                           "model config: %s = %lld is outside [1, %lld]", name,
                           (long long)v, (long long)max);
     return XENT_OK;
 }
 
 xent_status xent_model_config_check(const xent_model_config *c) {
-    if (!c) return xent__fail(XENT_ERR_NULL, "model config is NULL");
-    if (strcmp(c->arch, "llama") && strcmp(c->arch, "qwen2"))
-        return xent__fail(XENT_ERR_UNSUPPORTED,
+    if (!c) return xent_set_error(XENT_ERR_NULL, "model config is NULL");
+    if (!arch_known(c->arch))
+        return xent_set_error(XENT_ERR_UNSUPPORTED,
                           "architecture '%s' is not supported; supported: %s",
                           c->arch, xent_model_supported_archs());
     const int64_t big = (int64_t)1 << 24;
@@ -46,27 +78,46 @@ xent_status xent_model_config_check(const xent_model_config *c) {
         (st = pos_field("vocab", c->vocab, (int64_t)1 << 31)))
         return st;
     if (c->n_heads % c->n_kv_heads)
-        return xent__fail(XENT_ERR_SHAPE,
+        return xent_set_error(XENT_ERR_SHAPE,
                           "model config: n_heads = %lld is not a multiple of "
                           "n_kv_heads = %lld",
                           (long long)c->n_heads, (long long)c->n_kv_heads);
     if (c->head_dim % 2)
-        return xent__fail(XENT_ERR_SHAPE, "model config: head_dim = %lld is odd",
+        return xent_set_error(XENT_ERR_SHAPE, "model config: head_dim = %lld is odd",
                           (long long)c->head_dim);
     if (!(c->rope_theta > 0) || !isfinite(c->rope_theta))
-        return xent__fail(XENT_ERR_VALUE, "model config: rope_theta = %g",
+        return xent_set_error(XENT_ERR_VALUE, "model config: rope_theta = %g",
                           c->rope_theta);
     if (!(c->norm_eps >= 0) || !isfinite(c->norm_eps))
-        return xent__fail(XENT_ERR_VALUE, "model config: norm_eps = %g",
+        return xent_set_error(XENT_ERR_VALUE, "model config: norm_eps = %g",
                           c->norm_eps);
     if (c->rope_scaling == XENT_ROPE_LLAMA3 &&
         (!(c->rope_factor > 0) || !(c->rope_low_freq_factor > 0) ||
          !(c->rope_high_freq_factor > c->rope_low_freq_factor) ||
          c->rope_orig_ctx <= 0))
-        return xent__fail(XENT_ERR_VALUE,
+        return xent_set_error(XENT_ERR_VALUE,
                           "model config: llama3 rope scaling needs factor > 0, "
                           "high_freq_factor > low_freq_factor > 0 and "
                           "original_max_position_embeddings > 0");
+    if (c->rope_scaling == XENT_ROPE_LINEAR && !(c->rope_factor > 0))
+        return xent_set_error(XENT_ERR_VALUE,
+                              "model config: linear rope scaling needs factor > 0");
+    if (!(c->query_scalar >= 0) || !isfinite(c->query_scalar) ||
+        !(c->attn_softcap >= 0) || !isfinite(c->attn_softcap) ||
+        !(c->final_softcap >= 0) || !isfinite(c->final_softcap) ||
+        !(c->rope_local_theta >= 0) || !isfinite(c->rope_local_theta) ||
+        !(c->init_std >= 0) || !isfinite(c->init_std))
+        return xent_set_error(XENT_ERR_VALUE,
+                              "model config: query_scalar %g, attn_softcap %g, "
+                              "final_softcap %g, rope_local_theta %g, init_std %g: "
+                              "each must be finite and >= 0",
+                              c->query_scalar, c->attn_softcap, c->final_softcap,
+                              c->rope_local_theta, c->init_std);
+    if (c->sliding_window < 0 || c->swa_pattern < 0 || c->swa_pattern > 4096)
+        return xent_set_error(XENT_ERR_VALUE,
+                              "model config: sliding_window = %lld, swa_pattern = "
+                              "%lld", (long long)c->sliding_window,
+                              (long long)c->swa_pattern);
     return XENT_OK;
 }
 
@@ -85,7 +136,7 @@ xent_status xent__model_layout(xent_model *m) {
     if (st) return st;
     int n = xent__pidx_norm(c) + 1 + (c->tied_head ? 0 : 1);
     xent_param *p = calloc((size_t)n, sizeof *p);
-    if (!p) return xent__fail(XENT_ERR_ALLOC, "model: %d parameters", n);
+    if (!p) return xent_set_error(XENT_ERR_ALLOC, "model: %d parameters", n);
     int64_t D = c->dim, H = c->hidden, qd = c->n_heads * c->head_dim,
             kvd = c->n_kv_heads * c->head_dim;
     set_param(&p[0], "model.embed_tokens.weight", c->vocab, D);
@@ -99,13 +150,24 @@ xent_status xent__model_layout(xent_model *m) {
     const int64_t shp[XENT_P_LAYER_KINDS][2] = {
         {D, 0}, {qd, D}, {kvd, D}, {kvd, D}, {qd, 0}, {kvd, 0}, {kvd, 0},
         {D, qd}, {D, 0}, {H, D}, {H, D}, {D, H}};
+    static const char *const nm2[] = {"self_attn.q_norm.weight",
+                                      "self_attn.k_norm.weight",
+                                      "post_attention_layernorm.weight",
+                                      "post_feedforward_layernorm.weight"};
+    const int64_t shp2[][2] = {{c->head_dim, 0}, {c->head_dim, 0}, {D, 0}, {D, 0}};
     for (int64_t l = 0; l < c->n_layers; l++)
         for (int k = 0; k < XENT_P_LAYER_KINDS; k++) {
             int i = xent__pidx(c, l, (xent_param_kind)k);
             if (i < 0) continue;
             char name[96];
-            snprintf(name, sizeof name, "model.layers.%lld.%s", (long long)l,
-                     nm[k]);
+            const char *kn = k < XENT_P_Q_NORM ? nm[k] : nm2[k - XENT_P_Q_NORM];
+            if (k == XENT_P_MLP_NORM && c->sandwich_norm)
+                kn = "pre_feedforward_layernorm.weight";
+            snprintf(name, sizeof name, "model.layers.%lld.%s", (long long)l, kn);
+            if (k >= XENT_P_Q_NORM) {
+                set_param(&p[i], name, shp2[k - XENT_P_Q_NORM][0], 0);
+                continue;
+            }
             set_param(&p[i], name, shp[k][0], shp[k][1]);
         }
     set_param(&p[xent__pidx_norm(c)], "model.norm.weight", D, 0);
@@ -127,7 +189,7 @@ xent_status xent__model_alloc(xent_model *m) {
     free(m->arena);
     m->arena = calloc((size_t)n, sizeof(float));
     if (!m->arena)
-        return xent__fail(XENT_ERR_ALLOC, "model: %lld weights",
+        return xent_set_error(XENT_ERR_ALLOC, "model: %lld weights",
                           (long long)n);
     int64_t off = 0;
     for (int i = 0; i < m->n_params; i++) {
@@ -138,9 +200,9 @@ xent_status xent__model_alloc(xent_model *m) {
 }
 
 xent_status xent_model_new(const xent_model_config *cfg, xent_model **out) {
-    if (!cfg || !out) return xent__fail(XENT_ERR_NULL, "model_new: NULL");
+    if (!cfg || !out) return xent_set_error(XENT_ERR_NULL, "model_new: NULL");
     xent_model *m = calloc(1, sizeof *m);
-    if (!m) return xent__fail(XENT_ERR_ALLOC, "model");
+    if (!m) return xent_set_error(XENT_ERR_ALLOC, "model");
     m->cfg = *cfg;
     xent_status st = xent__model_layout(m);
     if (!st) st = xent__model_alloc(m);
@@ -177,9 +239,9 @@ int xent_model_param_find(const xent_model *m, const char *name) {
 
 xent_status xent_model_load(const char *path, xent_model **out) {
     struct stat sb;
-    if (!path) return xent__fail(XENT_ERR_NULL, "model path is NULL");
+    if (!path) return xent_set_error(XENT_ERR_NULL, "model path is NULL");
     if (stat(path, &sb) != 0)
-        return xent__fail(XENT_ERR_IO, "cannot open model '%s'", path);
+        return xent_set_error(XENT_ERR_IO, "cannot open model '%s'", path);
     if (S_ISDIR(sb.st_mode)) return xent_model_load_hf(path, out);
     return xent_model_load_gguf(path, out);
 }
@@ -188,12 +250,16 @@ xent_status xent_model_load(const char *path, xent_model **out) {
  * 1 / base ** (arange(0, hd, 2).float() / hd) in fp32; angle = pos * inv in
  * fp32; cos/sin of that fp32 angle. */
 void xent__rope_tables(const xent_model_config *c, int64_t S, float *cos_,
-                       float *sin_) {
+                       float *sin_, int local) {
     int64_t half = c->head_dim / 2;
+    local = local && c->rope_local_theta > 0;
+    double base = local ? c->rope_local_theta : c->rope_theta;
     for (int64_t i = 0; i < half; i++) {
         float e = (float)(2 * i) / (float)c->head_dim;
-        float inv = 1.0f / powf((float)c->rope_theta, e);
-        if (c->rope_scaling == XENT_ROPE_LLAMA3) {
+        float inv = 1.0f / powf((float)base, e);
+        if (!local && c->rope_scaling == XENT_ROPE_LINEAR) {
+            inv = (float)(inv / c->rope_factor);
+        } else if (!local && c->rope_scaling == XENT_ROPE_LLAMA3) {
             double oc = (double)c->rope_orig_ctx;
             double lw = oc / c->rope_low_freq_factor;
             double hw = oc / c->rope_high_freq_factor;

@@ -1,5 +1,5 @@
-/* src/model/model.h: a Llama-family decoder (Llama, SmolLM2, Llama 3, Qwen2)
- * in C: checkpoint loaders (GGUF, Hugging Face safetensors directories), the
+/* src/model/model.h: a Llama-family decoder (Llama, SmolLM2, Llama 3, Qwen2,
+ * Qwen3, Mistral, Gemma 2, Gemma 3 text) in C: checkpoint loaders (GGUF, Hugging Face safetensors directories), the
  * byte-level BPE tokenizer stored in GGUF, and one call that runs forward and
  * backward of next-token cross-entropy (or a policy-gradient loss) under an
  * xent_precision policy, optionally recording every intermediate tensor.
@@ -22,11 +22,13 @@
 
 typedef enum xent_rope_scaling {
     XENT_ROPE_NONE = 0,
-    XENT_ROPE_LLAMA3 = 1 /* "rope_type": "llama3" (factor, low/high freq)   */
+    XENT_ROPE_LLAMA3 = 1, /* "rope_type": "llama3" (factor, low/high freq)  */
+    XENT_ROPE_LINEAR = 2  /* "rope_type": "linear": inv_freq / factor      */
 } xent_rope_scaling;
 
 typedef struct xent_model_config {
-    char arch[32];         /* "llama" or "qwen2"                             */
+    char arch[32];         /* "llama", "qwen2", "qwen3", "mistral", "gemma2",
+                              "gemma3_text" (HF model_type)                  */
     int64_t n_layers;
     int64_t dim;           /* hidden size (residual width)                   */
     int64_t hidden;        /* MLP intermediate size                          */
@@ -45,14 +47,57 @@ typedef struct xent_model_config {
     int tied_head;         /* 1: lm_head shares embed_tokens                 */
     int qkv_bias;          /* 1: q/k/v projections have biases (Qwen2)       */
     int64_t bos_id, eos_id;/* -1 when unknown                                */
+    /* Family features (all 0 for Llama/Qwen2; xent_model_config_family sets
+     * the family's defaults from arch): */
+    int qk_norm;           /* 1: RMSNorm over head_dim of q and k before RoPE
+                              (self_attn.q_norm/k_norm.weight [head_dim];
+                              Qwen3, Gemma 3)                                */
+    int sandwich_norm;     /* 1: RMSNorm of the attention and MLP outputs
+                              before the residual add (Gemma 2/3):
+                              post_attention_layernorm is then the attention
+                              post-norm, pre_feedforward_layernorm the MLP
+                              pre-norm, post_feedforward_layernorm the MLP
+                              post-norm                                      */
+    int norm_plus_one;     /* 1: RMSNorm scales by (1 + w), in fp32 (Gemma)  */
+    int gelu_tanh;         /* 1: MLP gelu_tanh(gate) * up (GeGLU, Gemma);
+                              0: silu(gate) * up                             */
+    int embed_scale;       /* 1: embeddings times sqrt(dim) (Gemma)          */
+    double query_scalar;   /* attention scale 1/sqrt(query_scalar); 0: head_dim
+                              (Gemma: query_pre_attn_scalar)                 */
+    double attn_softcap;   /* scores -> c tanh(scores / c); 0: none (Gemma 2) */
+    double final_softcap;  /* logits -> c tanh(logits / c); 0: none          */
+    int64_t sliding_window;/* keys j with i - j < window; 0: none            */
+    int64_t swa_pattern;   /* which layers slide: 0 none (or no window), 1
+                              every layer (Mistral), k > 1: layers l with
+                              (l + 1) % k != 0 (Gemma 2: 2, Gemma 3: 6)      */
+    double rope_local_theta; /* RoPE base of sliding layers (Gemma 3's
+                              rope_local_base_freq, no scaling); 0: rope_theta*/
+    double init_std;       /* initializer_range (random weights), 0.02       */
 } xent_model_config;
+
+/* 1 when layer l uses the sliding window. */
+int xent_model_layer_sliding(const xent_model_config *c, int64_t l);
 
 /* Fills the defaults (theta 10000, eps 1e-5, no scaling, ids -1). */
 void xent_model_config_init(xent_model_config *c);
 /* Checks shapes and ranges; message names the field. */
 xent_status xent_model_config_check(const xent_model_config *c);
-/* "llama, qwen2 (mistral-style without sliding window: as llama)". */
+/* "llama, qwen2, qwen3, mistral, gemma2, gemma3_text" with notes. */
 const char *xent_model_supported_archs(void);
+/* Sets the family features of c->arch to that family's defaults (qk_norm,
+ * sandwich_norm, norm_plus_one, gelu_tanh, embed_scale, qkv_bias,
+ * swa_pattern); XENT_ERR_UNSUPPORTED for an unknown arch. */
+xent_status xent_model_config_family(xent_model_config *c);
+
+/* Built-in configurations at real shapes (for --init random): name ->
+ * config, e.g. "qwen2.5-0.5b"; XENT_ERR_NOT_FOUND listing the names. */
+xent_status xent_model_config_builtin(const char *name, xent_model_config *c);
+const char *xent_model_config_builtins(void); /* "qwen2.5-0.5b, ..." */
+/* A configuration from a config.json file (as the HF loader reads it). */
+xent_status xent_model_config_file(const char *path, xent_model_config *c);
+/* spec: a built-in name, else a config.json path (a directory: its
+ * config.json). */
+xent_status xent_model_config_named(const char *spec, xent_model_config *c);
 
 /* ------------------------------------------------------------------------ */
 /* Parameters and the model                                                  */
@@ -72,6 +117,12 @@ typedef enum xent_param_kind {
     XENT_P_WGATE,         /* mlp.gate_proj.weight [hidden, dim]             */
     XENT_P_WUP,           /* mlp.up_proj.weight   [hidden, dim]             */
     XENT_P_WDOWN,         /* mlp.down_proj.weight [dim, hidden]             */
+    XENT_P_Q_NORM,        /* self_attn.q_norm.weight [head_dim] (qk_norm)   */
+    XENT_P_K_NORM,        /* self_attn.k_norm.weight [head_dim] (qk_norm)   */
+    XENT_P_POST_ATTN_NORM,/* post_attention_layernorm.weight [dim] (sandwich:
+                             the attention output's norm; MLP_NORM is then
+                             pre_feedforward_layernorm.weight)               */
+    XENT_P_POST_FF_NORM,  /* post_feedforward_layernorm.weight [dim]        */
     XENT_P_LAYER_KINDS
 } xent_param_kind;
 
@@ -89,14 +140,18 @@ typedef struct xent_tokenizer xent_tokenizer;
 typedef struct xent_model {
     xent_model_config cfg;
     /* Parameters, in this order: model.embed_tokens.weight [V, dim], then
-     * per layer the present kinds of xent_param_kind (biases only when
-     * cfg.qkv_bias), then model.norm.weight [dim], then lm_head.weight
+     * per layer the present kinds of xent_param_kind in enum order (biases
+     * only when cfg.qkv_bias, q/k norms when cfg.qk_norm, the post-norms
+     * when cfg.sandwich_norm), then model.norm.weight [dim], then lm_head.weight
      * [V, dim] unless cfg.tied_head. */
     int n_params;
     xent_param *params;     /* [n_params]                                  */
-    xent_tokenizer *tok;    /* from GGUF; NULL for a safetensors dir        */
+    xent_tokenizer *tok;    /* from GGUF or tokenizer.json; may be NULL     */
     char source[512];       /* the path it was loaded from                  */
-    char source_type[64];   /* e.g. "gguf Q4_1" or "safetensors bf16"      */
+    char source_type[64];   /* e.g. "gguf Q4_1" or "safetensors bf16", or
+                               "random weights" (xent_model_init_random)   */
+    int random_weights;     /* 1: weights drawn by xent_model_init_random  */
+    char tok_note[256];     /* why tok is NULL (HF dir), else ""            */
     float *arena;           /* owns every params[i].w                       */
 } xent_model;
 
@@ -105,14 +160,25 @@ typedef struct xent_model {
  * the weights equal the HF checkpoint's. *out is allocated; free with
  * xent_model_free. */
 xent_status xent_model_load_gguf(const char *path, xent_model **out);
-/* Directory with config.json and *.safetensors (+ model.safetensors.index.json
- * for shards); F32/BF16/F16 tensors. */
+/* Hugging Face directory: config.json, then model.safetensors.index.json
+ * (its weight_map names the shard of every tensor; every shard named must
+ * exist) when present, else every *.safetensors in the directory; F32/BF16/
+ * F16 tensors; tokenizer.json (byte-level BPE: vocab, merges, added tokens,
+ * the pre-tokenizer's split pattern) when present, else m->tok stays NULL. */
 xent_status xent_model_load_hf(const char *dir, xent_model **out);
 /* Picks by path: a directory -> HF, otherwise GGUF. */
 xent_status xent_model_load(const char *path, xent_model **out);
 /* A model with every parameter allocated and zeroed (tests, conversions). */
 xent_status xent_model_new(const xent_model_config *cfg, xent_model **out);
 void xent_model_free(xent_model *m); /* NULL ok; frees the tokenizer too */
+/* A model of cfg with random weights, the family's initializer: every
+ * matrix (and the embeddings) normal(0, cfg->init_std) (0.02 when 0),
+ * biases 0, norm weights 1 (0 where the norm scales by 1 + w), drawn from
+ * a fixed generator seeded by seed; source_type "random weights",
+ * random_weights = 1. Rows are drawn in parallel: the values depend on the
+ * seed only. */
+xent_status xent_model_init_random(const xent_model_config *cfg,
+                                   uint64_t seed, xent_model **out);
 
 /* Index in m->params of a layer parameter (-1 if absent, e.g. biases), and
  * of the global ones. */
@@ -131,8 +197,18 @@ xent_status xent_model_save_hf(const xent_model *m, const char *dir,
 xent_status xent_model_save_gguf(const xent_model *m, const char *path);
 
 /* ------------------------------------------------------------------------ */
-/* Tokenizer (GPT-2 style byte-level BPE from GGUF)                          */
+/* Tokenizer (GPT-2 style byte-level BPE from GGUF or tokenizer.json)        */
 /* ------------------------------------------------------------------------ */
+
+/* tokenizer.json text (HF tokenizers, model.type "BPE", byte-level): the
+ * vocabulary, the merges ("a b" strings or [a, b] pairs), added_tokens
+ * (split out before BPE, like GGUF's control tokens) and the pre-tokenizer
+ * recognised from its Split pattern (Llama 3, Qwen2) or Digits (SmolLM) or
+ * plain ByteLevel (GPT-2). path names the file in messages. */
+xent_status xent_tokenizer_from_json(const char *text, size_t len,
+                                     const char *path, xent_tokenizer **out);
+/* The same from a file (regular files only, 256 MiB at most). */
+xent_status xent_tokenizer_load_json(const char *path, xent_tokenizer **out);
 
 /* Ids of text (no BOS/EOS added). *ids is malloc'ed; free() it. */
 xent_status xent_tokenize(const xent_tokenizer *tk, const char *text,

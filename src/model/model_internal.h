@@ -3,20 +3,36 @@
 #define XENT_MODEL_INTERNAL_H
 
 #include "model/model.h"
-#include "xent_internal.h"
+#include "core/xent_math.h"
 
-/* Number of parameters per layer (9, or 12 with q/k/v biases). */
+/* 1 when layer parameter kind k exists under c. */
+static inline int xent__kind_present(const xent_model_config *c,
+                                     xent_param_kind k) {
+    switch (k) {
+    case XENT_P_BQ: case XENT_P_BK: case XENT_P_BV: return c->qkv_bias != 0;
+    case XENT_P_Q_NORM: case XENT_P_K_NORM: return c->qk_norm != 0;
+    case XENT_P_POST_ATTN_NORM: case XENT_P_POST_FF_NORM:
+        return c->sandwich_norm != 0;
+    default: return 1;
+    }
+}
+
+/* Number of parameters per layer (9 + 3 biases + 2 q/k norms + 2 post-norms
+ * as present). */
 static inline int xent__layer_nparams(const xent_model_config *c) {
-    return c->qkv_bias ? 12 : 9;
+    int n = 0;
+    for (int k = 0; k < XENT_P_LAYER_KINDS; k++)
+        n += xent__kind_present(c, (xent_param_kind)k);
+    return n;
 }
 
 /* Index in the parameter list of a layer parameter, -1 if absent. */
 static inline int xent__pidx(const xent_model_config *c, int64_t l,
                              xent_param_kind k) {
-    int base = 1 + (int)l * xent__layer_nparams(c);
-    if (c->qkv_bias) return base + (int)k;
-    if (k == XENT_P_BQ || k == XENT_P_BK || k == XENT_P_BV) return -1;
-    return base + (k < XENT_P_BQ ? (int)k : (int)k - 3);
+    if (!xent__kind_present(c, k)) return -1;
+    int r = 0;
+    for (int j = 0; j < (int)k; j++) r += xent__kind_present(c, (xent_param_kind)j);
+    return 1 + (int)l * xent__layer_nparams(c) + r;
 }
 static inline int xent__pidx_norm(const xent_model_config *c) {
     return 1 + (int)c->n_layers * xent__layer_nparams(c);
@@ -32,9 +48,10 @@ xent_status xent__model_layout(xent_model *m);
 xent_status xent__model_alloc(xent_model *m);
 
 /* RoPE tables as HF computes them (fp32 inverse frequencies, fp32 angles):
- * cos/sin [S, head_dim/2]. */
+ * cos/sin [S, head_dim/2]. local = 1: the sliding layers' table (base
+ * rope_local_theta, no scaling) when rope_local_theta > 0. */
 void xent__rope_tables(const xent_model_config *c, int64_t S, float *cos_,
-                       float *sin_);
+                       float *sin_, int local);
 
 /* llama.cpp's rotary permutation of q/k rows (HF -> GGUF) and its inverse,
  * on a [n_head * head_dim, cols] matrix. */

@@ -8,7 +8,7 @@
 #define XENT_MODEL_PRECISION_H
 
 #include "xent.h"
-#include "cpu/ce_forms.h"
+#include "audit/ce_forms.h"
 
 typedef struct xent_precision {
     xent_dtype compute;      /* matmul inputs and outputs (F32/BF16/F16)    */

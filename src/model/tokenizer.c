@@ -32,6 +32,10 @@ struct xent_tokenizer {
     strmap ranks;       /* "left right" -> rank                             */
     int64_t *special;   /* ids of special tokens, longest first             */
     int64_t n_special;
+    strmap spmap;       /* special token string -> id (lowest id wins)      */
+    int64_t *splen;     /* distinct special lengths by first byte, longest
+                           first: splen[spoff[b] .. spoff[b + 1])           */
+    int64_t spoff[257];
     char sym[256][4];   /* byte -> UTF-8 of its unicode symbol (NUL-term.)  */
     int16_t unsym[324]; /* code point (< 324) -> byte, -1 none              */
     int pre;
@@ -249,10 +253,62 @@ void xent_tokenizer_free(xent_tokenizer *t) {
     if (!t) return;
     for (int64_t i = 0; t->tok && i < t->n; i++) free(t->tok[i]);
     for (int64_t i = 0; t->merge && i < t->n_merges; i++) free(t->merge[i]);
-    free(t->tok), free(t->type), free(t->merge), free(t->special);
+    free(t->tok), free(t->type), free(t->merge), free(t->special), free(t->splen);
+    map_free(&t->spmap);
     map_free(&t->vocab);
     map_free(&t->ranks);
     free(t);
+}
+
+/* Special tokens ordered longest first, then by id (the longest match
+ * wins; among equal strings the lowest id). */
+typedef struct { size_t len; int64_t id; } spkey;
+static int spkey_cmp(const void *a, const void *b) {
+    const spkey *x = a, *y = b;
+    if (x->len != y->len) return x->len > y->len ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
+}
+
+/* Sorts the special tokens once (O(n log n)) and indexes them: a map from
+ * string to id and, per first byte, the distinct lengths longest first, so
+ * matching at a text position looks up one hash per distinct length of the
+ * specials that start with that byte instead of comparing every special.
+ * Returns 0, or 1 when out of memory. */
+static int special_index(xent_tokenizer *t) {
+    int64_t n = t->n_special;
+    spkey *k = malloc((size_t)(n ? n : 1) * sizeof *k);
+    t->splen = malloc((size_t)(n ? n : 1) * sizeof *t->splen);
+    if (!k || !t->splen || !map_init(&t->spmap, n)) {
+        free(k);
+        return 1;
+    }
+    int ok = 1;
+    /* t->special is in id order here: the lowest id of a repeated string
+     * enters the map first and wins */
+    for (int64_t i = 0; i < n; i++) {
+        k[i] = (spkey){strlen(t->tok[t->special[i]]), t->special[i]};
+        if (ok) ok = map_put(&t->spmap, t->tok[t->special[i]], k[i].len, t->special[i]);
+    }
+    qsort(k, (size_t)n, sizeof *k, spkey_cmp);
+    int64_t cnt[256] = {0};
+    int64_t last[256];
+    for (int b = 0; b < 256; b++) last[b] = -1;
+    for (int64_t i = 0; i < n; i++) {
+        t->special[i] = k[i].id;
+        unsigned char b = (unsigned char)t->tok[k[i].id][0];
+        if (last[b] != (int64_t)k[i].len) cnt[b]++, last[b] = (int64_t)k[i].len;
+    }
+    t->spoff[0] = 0;
+    for (int b = 0; b < 256; b++) t->spoff[b + 1] = t->spoff[b] + cnt[b];
+    int64_t fill[256];
+    for (int b = 0; b < 256; b++) fill[b] = t->spoff[b], last[b] = -1;
+    for (int64_t i = 0; i < n && ok; i++) {
+        const char *sp = t->tok[k[i].id];
+        unsigned char b = (unsigned char)sp[0];
+        if (last[b] != (int64_t)k[i].len) t->splen[fill[b]++] = last[b] = (int64_t)k[i].len;
+    }
+    free(k);
+    return !ok;
 }
 
 static int pre_kind(const char *pre) {
@@ -272,7 +328,7 @@ xent_status xent__tokenizer_new(char **tokens, const size_t *tok_len,
                                 const int32_t *types, const char *pre,
                                 xent_tokenizer **out) {
     xent_tokenizer *t = calloc(1, sizeof *t);
-    if (!t) return xent__fail(XENT_ERR_ALLOC, "tokenizer");
+    if (!t) return xent_set_error(XENT_ERR_ALLOC, "tokenizer");
     t->n = n;
     t->n_merges = nm;
     t->tok = calloc((size_t)n + 1, sizeof *t->tok);
@@ -305,17 +361,14 @@ xent_status xent__tokenizer_new(char **tokens, const size_t *tok_len,
     }
     if (!ok) {
         xent_tokenizer_free(t);
-        return xent__fail(XENT_ERR_ALLOC, "tokenizer: %lld tokens",
+        return xent_set_error(XENT_ERR_ALLOC, "tokenizer: %lld tokens",
                           (long long)n);
     }
-    /* longest special tokens first (longest match wins) */
-    for (int64_t i = 1; i < t->n_special; i++)
-        for (int64_t j = i; j > 0 && strlen(t->tok[t->special[j - 1]]) <
-                                         strlen(t->tok[t->special[j]]); j--) {
-            int64_t x = t->special[j];
-            t->special[j] = t->special[j - 1];
-            t->special[j - 1] = x;
-        }
+    if (special_index(t)) {
+        xent_tokenizer_free(t);
+        return xent_set_error(XENT_ERR_ALLOC, "tokenizer: %lld special tokens",
+                              (long long)n);
+    }
     byte_symbols(t);
     snprintf(t->pre_name, sizeof t->pre_name, "%s", pre ? pre : "default");
     t->pre = pre_kind(t->pre_name);
@@ -435,7 +488,7 @@ static xent_status bpe_chunk(const xent_tokenizer *t, const unsigned char *s,
     bpe_cand *h = malloc(3 * nsym * sizeof *h);    /* [3 len] heap         */
     xent_status rc = XENT_OK;
     if (!buf || !key || !st || !ln || !pv || !nx || !h) {
-        rc = xent__fail(XENT_ERR_ALLOC, "tokenizer: chunk of %lld bytes",
+        rc = xent_set_error(XENT_ERR_ALLOC, "tokenizer: chunk of %lld bytes",
                         (long long)len);
         goto done;
     }
@@ -457,7 +510,7 @@ static xent_status bpe_chunk(const xent_tokenizer *t, const unsigned char *s,
                         : -1;
     if (whole >= 0) {
         if (!push(out, (int32_t)whole))
-            rc = xent__fail(XENT_ERR_ALLOC, "tokenizer: ids");
+            rc = xent_set_error(XENT_ERR_ALLOC, "tokenizer: ids");
         goto done;
     }
     int64_t nh = 0;
@@ -479,10 +532,10 @@ static xent_status bpe_chunk(const xent_tokenizer *t, const unsigned char *s,
     for (int64_t i = len > 0 ? 0 : -1; i >= 0 && !rc; i = nx[i]) {
         int64_t id = map_get(&t->vocab, buf + st[i], (size_t)ln[i]);
         if (id < 0)
-            rc = xent__fail(XENT_ERR_VALUE, "tokenizer: symbol '%.*s' is not "
+            rc = xent_set_error(XENT_ERR_VALUE, "tokenizer: symbol '%.*s' is not "
                             "in the vocabulary", (int)ln[i], buf + st[i]);
         else if (!push(out, (int32_t)id))
-            rc = xent__fail(XENT_ERR_ALLOC, "tokenizer: ids");
+            rc = xent_set_error(XENT_ERR_ALLOC, "tokenizer: ids");
     }
 done:
     free(buf), free(key), free(st), free(ln), free(pv), free(nx), free(h);
@@ -497,7 +550,7 @@ static xent_status encode_piece(const xent_tokenizer *t, const unsigned char *s,
     int64_t *off = malloc((size_t)(len + 1) * sizeof *off); /* [len+1] */
     if (!cp || !off) {
         free(cp), free(off);
-        return xent__fail(XENT_ERR_ALLOC, "tokenizer: piece");
+        return xent_set_error(XENT_ERR_ALLOC, "tokenizer: piece");
     }
     int64_t n = utf8_decode(s, len, cp, off);
     xent_status st = XENT_OK;
@@ -530,7 +583,7 @@ static xent_status encode_piece(const xent_tokenizer *t, const unsigned char *s,
 xent_status xent_tokenize(const xent_tokenizer *t, const char *text,
                           size_t len, int32_t **ids, int64_t *n) {
     if (!t || (!text && len) || !ids || !n)
-        return xent__fail(XENT_ERR_NULL, "tokenize: NULL argument");
+        return xent_set_error(XENT_ERR_NULL, "tokenize: NULL argument");
     idvec v = {0};
     const unsigned char *s = (const unsigned char *)text;
     size_t start = 0, i = 0;
@@ -538,11 +591,12 @@ xent_status xent_tokenize(const xent_tokenizer *t, const char *text,
     while (i < len && !st) {
         int64_t hit = -1;
         size_t hl = 0;
-        for (int64_t k = 0; k < t->n_special; k++) {
-            const char *sp = t->tok[t->special[k]];
-            size_t l = strlen(sp);
-            if (l <= len - i && !memcmp(s + i, sp, l)) {
-                hit = t->special[k];
+        for (int64_t k = t->spoff[s[i]]; k < t->spoff[s[i] + 1]; k++) {
+            size_t l = (size_t)t->splen[k];
+            if (l > len - i) continue;
+            int64_t id = map_get(&t->spmap, (const char *)s + i, l);
+            if (id >= 0) {
+                hit = id;
                 hl = l;
                 break;
             }
@@ -553,7 +607,7 @@ xent_status xent_tokenize(const xent_tokenizer *t, const char *text,
         }
         st = encode_piece(t, s + start, (int64_t)(i - start), &v);
         if (!st && !push(&v, (int32_t)hit))
-            st = xent__fail(XENT_ERR_ALLOC, "tokenizer: ids");
+            st = xent_set_error(XENT_ERR_ALLOC, "tokenizer: ids");
         i += hl;
         start = i;
     }
@@ -571,16 +625,16 @@ xent_status xent_tokenize(const xent_tokenizer *t, const char *text,
 xent_status xent_detokenize(const xent_tokenizer *t, const int32_t *ids,
                             int64_t n, char **text, size_t *len) {
     if (!t || (!ids && n) || !text)
-        return xent__fail(XENT_ERR_NULL, "detokenize: NULL argument");
+        return xent_set_error(XENT_ERR_NULL, "detokenize: NULL argument");
     size_t cap = 1;
     for (int64_t i = 0; i < n; i++) {
         if (ids[i] < 0 || ids[i] >= t->n)
-            return xent__fail(XENT_ERR_LABEL, "ids[%lld] = %d is outside [0, "
+            return xent_set_error(XENT_ERR_LABEL, "ids[%lld] = %d is outside [0, "
                               "%lld)", (long long)i, ids[i], (long long)t->n);
         cap += strlen(t->tok[ids[i]]);
     }
     char *o = malloc(cap);
-    if (!o) return xent__fail(XENT_ERR_ALLOC, "detokenize");
+    if (!o) return xent_set_error(XENT_ERR_ALLOC, "detokenize");
     size_t k = 0;
     for (int64_t i = 0; i < n; i++) {
         const unsigned char *s = (const unsigned char *)t->tok[ids[i]];

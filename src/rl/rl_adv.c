@@ -26,13 +26,13 @@ void xent_rl_batch_opts_init(xent_rl_batch_opts *o) {
 
 static xent_status check_adv_opts(const xent_rl_adv_opts *o) {
     if ((unsigned)o->std > XENT_RL_STD_NONE)
-        return xent__fail(XENT_ERR_VALUE, "opts->std = %d is not an xent_rl_std",
+        return xent_set_error(XENT_ERR_VALUE, "opts->std = %d is not an xent_rl_std",
                           (int)o->std);
     if (!(o->eps >= 0.0) || isinf(o->eps))
-        return xent__fail(XENT_ERR_VALUE, "opts->eps = %g must be finite and >= 0",
+        return xent_set_error(XENT_ERR_VALUE, "opts->eps = %g must be finite and >= 0",
                           o->eps);
     if (o->subtract_mean != 0 && o->subtract_mean != 1)
-        return xent__fail(XENT_ERR_VALUE, "opts->subtract_mean = %d must be 0 or 1",
+        return xent_set_error(XENT_ERR_VALUE, "opts->subtract_mean = %d must be 0 or 1",
                           o->subtract_mean);
     return XENT_OK;
 }
@@ -40,11 +40,11 @@ static xent_status check_adv_opts(const xent_rl_adv_opts *o) {
 static xent_status check_ids(const int64_t *ids, int64_t n, int64_t ngroups) {
     for (int64_t i = 0; i < n; i++) {
         if (ids[i] < 0 || ids[i] >= ngroups)
-            return xent__fail(XENT_ERR_VALUE,
+            return xent_set_error(XENT_ERR_VALUE,
                               "groups->ids[%lld] = %lld is outside [0, %lld)",
                               (long long)i, (long long)ids[i], (long long)ngroups);
         if (i > 0 && ids[i] < ids[i - 1])
-            return xent__fail(XENT_ERR_VALUE,
+            return xent_set_error(XENT_ERR_VALUE,
                               "groups->ids[%lld] = %lld follows ids[%lld] = %lld: "
                               "group ids must be non-decreasing (each group "
                               "contiguous)", (long long)i, (long long)ids[i],
@@ -55,12 +55,12 @@ static xent_status check_ids(const int64_t *ids, int64_t n, int64_t ngroups) {
 
 static xent_status check_groups(const xent_rl_groups *g) {
     if (g->n < 0)
-        return xent__fail(XENT_ERR_SHAPE, "groups->n = %lld < 0", (long long)g->n);
+        return xent_set_error(XENT_ERR_SHAPE, "groups->n = %lld < 0", (long long)g->n);
     if (g->ngroups < 0)
-        return xent__fail(XENT_ERR_SHAPE, "groups->ngroups = %lld < 0",
+        return xent_set_error(XENT_ERR_SHAPE, "groups->ngroups = %lld < 0",
                           (long long)g->ngroups);
     if ((g->offsets == NULL) == (g->ids == NULL))
-        return xent__fail(XENT_ERR_VALUE, "groups: give exactly one of offsets "
+        return xent_set_error(XENT_ERR_VALUE, "groups: give exactly one of offsets "
                           "and ids (%s given)", g->offsets ? "both" : "neither");
     if (g->offsets)
         return xent__rl_check_offsets("groups->offsets", g->offsets, g->ngroups, g->n);
@@ -71,7 +71,7 @@ static xent_status check_finite(const char *what, const float *x, int64_t n,
                                 const uint8_t *mask) {
     for (int64_t i = 0; i < n; i++)
         if (xent__rl_counted(mask, i) && !isfinite(x[i]))
-            return xent__fail(XENT_ERR_VALUE, "%s[%lld] = %g is not finite", what,
+            return xent_set_error(XENT_ERR_VALUE, "%s[%lld] = %g is not finite", what,
                               (long long)i, (double)x[i]);
     return XENT_OK;
 }
@@ -147,12 +147,12 @@ xent_status xent_rl_group_advantages(const float *rewards,
                                      double *group_std,
                                      xent_rl_adv_stats *stats) {
     if (!groups || !opts)
-        return xent__fail(XENT_ERR_NULL, "xent_rl_group_advantages: %s is NULL",
+        return xent_set_error(XENT_ERR_NULL, "xent_rl_group_advantages: %s is NULL",
                           !groups ? "groups" : "opts");
     xent_status s;
     if ((s = check_adv_opts(opts)) || (s = check_groups(groups))) return s;
     if (groups->n > 0 && (!rewards || !adv))
-        return xent__fail(XENT_ERR_NULL, "xent_rl_group_advantages: %s is NULL",
+        return xent_set_error(XENT_ERR_NULL, "xent_rl_group_advantages: %s is NULL",
                           !rewards ? "rewards" : "adv");
     if ((s = check_finite("rewards", rewards, groups->n, NULL))) return s;
 
@@ -178,17 +178,17 @@ xent_status xent_rl_group_advantages(const float *rewards,
 
 static xent_status check_batch_opts(const xent_rl_batch_opts *o) {
     if ((unsigned)o->kind > XENT_RL_BATCH_STD)
-        return xent__fail(XENT_ERR_VALUE, "opts->kind = %d is not an "
+        return xent_set_error(XENT_ERR_VALUE, "opts->kind = %d is not an "
                           "xent_rl_batch_norm", (int)o->kind);
     if (o->kind == XENT_RL_BATCH_STD && o->std != XENT_RL_STD_POPULATION &&
         o->std != XENT_RL_STD_SAMPLE)
-        return xent__fail(XENT_ERR_VALUE, "opts->std = %d: BATCH_STD needs "
+        return xent_set_error(XENT_ERR_VALUE, "opts->std = %d: BATCH_STD needs "
                           "XENT_RL_STD_POPULATION or XENT_RL_STD_SAMPLE", (int)o->std);
     if (o->subtract_mean != 0 && o->subtract_mean != 1)
-        return xent__fail(XENT_ERR_VALUE, "opts->subtract_mean = %d must be 0 or 1",
+        return xent_set_error(XENT_ERR_VALUE, "opts->subtract_mean = %d must be 0 or 1",
                           o->subtract_mean);
     if (!(o->eps >= 0.0) || isinf(o->eps))
-        return xent__fail(XENT_ERR_VALUE, "opts->eps = %g must be finite and >= 0",
+        return xent_set_error(XENT_ERR_VALUE, "opts->eps = %g must be finite and >= 0",
                           o->eps);
     return XENT_OK;
 }
@@ -218,10 +218,10 @@ xent_status xent_rl_batch_normalize(const float *adv_in, int64_t n,
                                     const xent_rl_batch_opts *opts,
                                     float *adv_out,
                                     xent_rl_batch_stats *stats) {
-    if (!opts) return xent__fail(XENT_ERR_NULL, "xent_rl_batch_normalize: opts is NULL");
-    if (n < 0) return xent__fail(XENT_ERR_SHAPE, "n = %lld < 0", (long long)n);
+    if (!opts) return xent_set_error(XENT_ERR_NULL, "xent_rl_batch_normalize: opts is NULL");
+    if (n < 0) return xent_set_error(XENT_ERR_SHAPE, "n = %lld < 0", (long long)n);
     if (n > 0 && (!adv_in || !adv_out))
-        return xent__fail(XENT_ERR_NULL, "xent_rl_batch_normalize: %s is NULL",
+        return xent_set_error(XENT_ERR_NULL, "xent_rl_batch_normalize: %s is NULL",
                           !adv_in ? "adv_in" : "adv_out");
     xent_status s;
     if ((s = check_batch_opts(opts)) || (s = xent__rl_check_mask("mask", mask, n)) ||

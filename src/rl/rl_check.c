@@ -6,19 +6,19 @@
 
 xent_status xent__rl_check_offsets(const char *what, const int64_t *offsets,
                                    int64_t nseq, int64_t T) {
-    if (!offsets) return xent__fail(XENT_ERR_NULL, "%s is NULL", what);
+    if (!offsets) return xent_set_error(XENT_ERR_NULL, "%s is NULL", what);
     if (offsets[0] != 0)
-        return xent__fail(XENT_ERR_SHAPE, "%s[0] = %lld, must be 0", what,
+        return xent_set_error(XENT_ERR_SHAPE, "%s[0] = %lld, must be 0", what,
                           (long long)offsets[0]);
     for (int64_t i = 1; i <= nseq; i++)
         if (offsets[i] < offsets[i - 1])
-            return xent__fail(XENT_ERR_SHAPE,
+            return xent_set_error(XENT_ERR_SHAPE,
                               "%s[%lld] = %lld is below %s[%lld] = %lld: "
                               "offsets must be non-decreasing",
                               what, (long long)i, (long long)offsets[i], what,
                               (long long)(i - 1), (long long)offsets[i - 1]);
     if (offsets[nseq] != T)
-        return xent__fail(XENT_ERR_SHAPE,
+        return xent_set_error(XENT_ERR_SHAPE,
                           "%s[%lld] = %lld, must equal the length %lld", what,
                           (long long)nseq, (long long)offsets[nseq],
                           (long long)T);
@@ -30,7 +30,7 @@ xent_status xent__rl_check_mask(const char *what, const uint8_t *mask,
     if (!mask) return XENT_OK;
     for (int64_t t = 0; t < T; t++)
         if (mask[t] > 1)
-            return xent__fail(XENT_ERR_VALUE,
+            return xent_set_error(XENT_ERR_VALUE,
                               "%s[%lld] = %u, a mask holds 0 or 1", what,
                               (long long)t, (unsigned)mask[t]);
     return XENT_OK;
@@ -108,17 +108,17 @@ static xent_status report_fail(const char *name, const float *lp,
              (long long)r->n_neg_inf, (long long)r->n_zero_runs,
              (long long)limit, (long long)r->n_checked);
     if (r->n_nan)
-        return xent__fail(XENT_ERR_VALUE, "%s[%lld] = nan: a log-prob is never "
+        return xent_set_error(XENT_ERR_VALUE, "%s[%lld] = nan: a log-prob is never "
                           "NaN (%s)", name, (long long)r->first_nan, counts);
     if (r->n_positive)
-        return xent__fail(XENT_ERR_VALUE, "%s[%lld] = %.9g is > 0: a log-prob is "
+        return xent_set_error(XENT_ERR_VALUE, "%s[%lld] = %.9g is > 0: a log-prob is "
                           "<= 0 (%s)", name, (long long)r->first_positive,
                           (double)lp[r->first_positive], counts);
     if (r->n_neg_inf && !allow_neg_inf)
-        return xent__fail(XENT_ERR_VALUE, "%s[%lld] = -inf: these log-probs "
+        return xent_set_error(XENT_ERR_VALUE, "%s[%lld] = -inf: these log-probs "
                           "must be finite (%s)", name,
                           (long long)r->first_neg_inf, counts);
-    return xent__fail(XENT_ERR_VALUE, "%s[%lld..]: a run of >= %lld log-probs "
+    return xent_set_error(XENT_ERR_VALUE, "%s[%lld..]: a run of >= %lld log-probs "
                       "exactly 0 (a zero-filled dump?); longest run %lld (%s)",
                       name, (long long)r->first_zero_run, (long long)limit,
                       (long long)r->longest_zero_run, counts);
@@ -131,12 +131,12 @@ xent_status xent_rl_check_logprobs(const char *name, const float *lp,
                                    xent_rl_lp_report *report) {
     if (!name) name = "logprobs";
     if (report) *report = (xent_rl_lp_report){0, 0, -1, 0, -1, 0, -1, 0, -1, 0};
-    if (T < 0) return xent__fail(XENT_ERR_SHAPE, "%s: T = %lld < 0", name, (long long)T);
-    if (!lp && T > 0) return xent__fail(XENT_ERR_NULL, "%s is NULL", name);
+    if (T < 0) return xent_set_error(XENT_ERR_SHAPE, "%s: T = %lld < 0", name, (long long)T);
+    if (!lp && T > 0) return xent_set_error(XENT_ERR_NULL, "%s is NULL", name);
     if (nseq < 0)
-        return xent__fail(XENT_ERR_SHAPE, "%s: nseq = %lld < 0", name, (long long)nseq);
+        return xent_set_error(XENT_ERR_SHAPE, "%s: nseq = %lld < 0", name, (long long)nseq);
     if (zero_run_limit < 0)
-        return xent__fail(XENT_ERR_VALUE, "zero_run_limit = %lld < 0",
+        return xent_set_error(XENT_ERR_VALUE, "zero_run_limit = %lld < 0",
                           (long long)zero_run_limit);
     xent_status st;
     if (offsets && (st = xent__rl_check_offsets("offsets", offsets, nseq, T)))

@@ -61,21 +61,21 @@ static xent_status check_diag_call(const xent_rl_input *in,
                                    const xent_rl_loss_opts *o) {
     xent_status s;
     if (!(o->eps_low >= 0.0) || isinf(o->eps_low) || !(o->eps_high >= 0.0))
-        return xent__fail(XENT_ERR_VALUE, "opts->eps_low = %g / eps_high = %g "
+        return xent_set_error(XENT_ERR_VALUE, "opts->eps_low = %g / eps_high = %g "
                           "must be >= 0", o->eps_low, o->eps_high);
     if (!(o->log_ratio_clamp > 0.0) || !(o->log_ratio_clamp <= 80.0))
-        return xent__fail(XENT_ERR_VALUE, "opts->log_ratio_clamp = %g must be "
+        return xent_set_error(XENT_ERR_VALUE, "opts->log_ratio_clamp = %g must be "
                           "in (0, 80]", o->log_ratio_clamp);
     if (o->zero_run_limit < 0)
-        return xent__fail(XENT_ERR_VALUE, "opts->zero_run_limit = %lld < 0",
+        return xent_set_error(XENT_ERR_VALUE, "opts->zero_run_limit = %lld < 0",
                           (long long)o->zero_run_limit);
     if (in->T < 0 || in->nseq < 0)
-        return xent__fail(XENT_ERR_SHAPE, "in->T = %lld, in->nseq = %lld: must "
+        return xent_set_error(XENT_ERR_SHAPE, "in->T = %lld, in->nseq = %lld: must "
                           "be >= 0", (long long)in->T, (long long)in->nseq);
     if ((s = xent__rl_check_offsets("in->offsets", in->offsets, in->nseq, in->T)) ||
         (s = xent__rl_check_mask("in->mask", in->mask, in->T)))
         return s;
-    if (!in->lp_new) return xent__fail(XENT_ERR_NULL, "in->lp_new is NULL");
+    if (!in->lp_new) return xent_set_error(XENT_ERR_NULL, "in->lp_new is NULL");
     const char *names[3] = {"in->lp_new", "in->lp_old", "in->lp_sampler"};
     const float *arrs[3] = {in->lp_new, in->lp_old, in->lp_sampler};
     for (int k = 0; k < 3; k++)
@@ -90,7 +90,7 @@ xent_status xent_rl_diagnostics(const xent_rl_input *in,
                                 const xent_rl_loss_opts *opts,
                                 xent_rl_diag *out) {
     if (!in || !opts || !out)
-        return xent__fail(XENT_ERR_NULL, "xent_rl_diagnostics: %s is NULL",
+        return xent_set_error(XENT_ERR_NULL, "xent_rl_diagnostics: %s is NULL",
                           !in ? "in" : !opts ? "opts" : "out");
     xent_status s = check_diag_call(in, opts);
     if (s) return s;

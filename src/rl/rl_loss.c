@@ -27,7 +27,7 @@ void xent_rl_loss_opts_init(xent_rl_loss_opts *o) {
 /* ---- option and input checks --------------------------------------------- */
 
 static xent_status bad(const char *field, double v, const char *rule) {
-    return xent__fail(XENT_ERR_VALUE, "opts->%s = %g: %s", field, v, rule);
+    return xent_set_error(XENT_ERR_VALUE, "opts->%s = %g: %s", field, v, rule);
 }
 
 /* Options used by the diagnostics too (clip bounds, clamp, zero runs). */
@@ -80,9 +80,9 @@ static xent_status check_loss_opts(const xent_rl_loss_opts *o) {
 
 /* Shapes, offsets and mask of an input. */
 static xent_status check_layout(const xent_rl_input *in) {
-    if (in->T < 0) return xent__fail(XENT_ERR_SHAPE, "in->T = %lld < 0", (long long)in->T);
+    if (in->T < 0) return xent_set_error(XENT_ERR_SHAPE, "in->T = %lld < 0", (long long)in->T);
     if (in->nseq < 0)
-        return xent__fail(XENT_ERR_SHAPE, "in->nseq = %lld < 0", (long long)in->nseq);
+        return xent_set_error(XENT_ERR_SHAPE, "in->nseq = %lld < 0", (long long)in->nseq);
     xent_status s = xent__rl_check_offsets("in->offsets", in->offsets, in->nseq, in->T);
     return s ? s : xent__rl_check_mask("in->mask", in->mask, in->T);
 }
@@ -97,7 +97,7 @@ static xent_status check_lp(const xent_rl_input *in, const char *name,
 /* All log-prob arrays that are given (lp_new is required). */
 static xent_status check_all_lp(const xent_rl_input *in, int64_t zrl) {
     xent_status s;
-    if (!in->lp_new) return xent__fail(XENT_ERR_NULL, "in->lp_new is NULL");
+    if (!in->lp_new) return xent_set_error(XENT_ERR_NULL, "in->lp_new is NULL");
     if ((s = check_lp(in, "in->lp_new", in->lp_new, 0, zrl)) ||
         (s = check_lp(in, "in->lp_old", in->lp_old, 1, zrl)) ||
         (s = check_lp(in, "in->lp_sampler", in->lp_sampler, 1, zrl)) ||
@@ -108,10 +108,10 @@ static xent_status check_all_lp(const xent_rl_input *in, int64_t zrl) {
 
 /* Advantages used by counted tokens must be finite. */
 static xent_status check_adv(const xent_rl_input *in) {
-    if (!in->advantages) return xent__fail(XENT_ERR_NULL, "in->advantages is NULL");
+    if (!in->advantages) return xent_set_error(XENT_ERR_NULL, "in->advantages is NULL");
     int per_tok = in->adv_layout == XENT_RL_ADV_PER_TOKEN;
     if (!per_tok && in->adv_layout != XENT_RL_ADV_PER_SEQUENCE)
-        return xent__fail(XENT_ERR_VALUE, "in->adv_layout = %d: set "
+        return xent_set_error(XENT_ERR_VALUE, "in->adv_layout = %d: set "
                           "XENT_RL_ADV_PER_SEQUENCE or XENT_RL_ADV_PER_TOKEN",
                           (int)in->adv_layout);
     for (int64_t i = 0; i < in->nseq; i++)
@@ -119,7 +119,7 @@ static xent_status check_adv(const xent_rl_input *in) {
             if (!xent__rl_counted(in->mask, t)) continue;
             int64_t k = per_tok ? t : i;
             if (!isfinite(in->advantages[k]))
-                return xent__fail(XENT_ERR_VALUE, "in->advantages[%lld] = %g is "
+                return xent_set_error(XENT_ERR_VALUE, "in->advantages[%lld] = %g is "
                                   "not finite", (long long)k,
                                   (double)in->advantages[k]);
         }
@@ -128,15 +128,15 @@ static xent_status check_adv(const xent_rl_input *in) {
 
 static xent_status check_needs(const xent_rl_input *in, const xent_rl_loss_opts *o) {
     if (o->loss != XENT_RL_LOSS_REINFORCE && !in->lp_old)
-        return xent__fail(XENT_ERR_NULL, "in->lp_old is NULL: %s needs the old "
+        return xent_set_error(XENT_ERR_NULL, "in->lp_old is NULL: %s needs the old "
                           "log-probs", o->loss == XENT_RL_LOSS_PPO ? "PPO"
                           : o->loss == XENT_RL_LOSS_CISPO ? "CISPO" : "GSPO");
     if (o->tis != XENT_RL_TIS_OFF && !in->lp_sampler)
-        return xent__fail(XENT_ERR_VALUE, "opts->tis = %d but in->lp_sampler is "
+        return xent_set_error(XENT_ERR_VALUE, "opts->tis = %d but in->lp_sampler is "
                           "NULL: truncated importance sampling needs the sampler's "
                           "log-probs (no fall-back to the policy ratio)", (int)o->tis);
     if (o->kl != XENT_RL_KL_NONE && !in->lp_ref)
-        return xent__fail(XENT_ERR_NULL, "opts->kl = %d but in->lp_ref is NULL",
+        return xent_set_error(XENT_ERR_NULL, "opts->kl = %d but in->lp_ref is NULL",
                           (int)o->kl);
     return XENT_OK;
 }
@@ -365,7 +365,7 @@ xent_status xent_rl_policy_loss(const xent_rl_input *in,
                                 float *token_loss, float *grad,
                                 xent_rl_loss_stats *stats) {
     if (!in || !opts)
-        return xent__fail(XENT_ERR_NULL, "xent_rl_policy_loss: %s is NULL",
+        return xent_set_error(XENT_ERR_NULL, "xent_rl_policy_loss: %s is NULL",
                           !in ? "in" : "opts");
     xent_status s = check_loss_call(in, opts);
     if (s) return s;
@@ -393,15 +393,15 @@ xent_status xent_rl_kl_estimate(xent_rl_kl kind, const float *lp_new,
                                 const float *lp_ref, int64_t T,
                                 const uint8_t *mask, double log_ratio_clamp,
                                 float *kl, float *dkl, int64_t *n_clamped) {
-    if (T < 0) return xent__fail(XENT_ERR_SHAPE, "T = %lld < 0", (long long)T);
+    if (T < 0) return xent_set_error(XENT_ERR_SHAPE, "T = %lld < 0", (long long)T);
     if ((unsigned)kind > XENT_RL_KL_K3 || kind == XENT_RL_KL_NONE)
-        return xent__fail(XENT_ERR_VALUE, "kind = %d: use XENT_RL_KL_K1, K2 or K3",
+        return xent_set_error(XENT_ERR_VALUE, "kind = %d: use XENT_RL_KL_K1, K2 or K3",
                           (int)kind);
     if (!(log_ratio_clamp > 0.0) || !(log_ratio_clamp <= 80.0))
-        return xent__fail(XENT_ERR_VALUE, "log_ratio_clamp = %g must be in (0, 80]",
+        return xent_set_error(XENT_ERR_VALUE, "log_ratio_clamp = %g must be in (0, 80]",
                           log_ratio_clamp);
     if (T > 0 && (!lp_new || !lp_ref))
-        return xent__fail(XENT_ERR_NULL, "%s is NULL", !lp_new ? "lp_new" : "lp_ref");
+        return xent_set_error(XENT_ERR_NULL, "%s is NULL", !lp_new ? "lp_new" : "lp_ref");
     xent_status s;
     if ((s = xent__rl_check_mask("mask", mask, T)) ||
         (s = xent_rl_check_logprobs("lp_new", lp_new, T, NULL, 0, mask, 0, 0, NULL)) ||

@@ -8,6 +8,8 @@
 #   grad f32 |err| <= 1 ulp(ref) + 1e-12 |ref|: the kernel rounds once from a
 #            double value (faithful rounding), the float64 reference carries a
 #            relative error below 1e-13 for these |z| <= 40 rows.
+# bf16 logits as the '<V2' .npy numpy writes for ml_dtypes.bfloat16 are read;
+# a raw '|V2' array is refused with a hint.
 # Prints "N passed, N failed[, N skipped]" last. Needs numpy (else skipped).
 BUILD=${BUILD:-build}
 XENT="$BUILD/xent"
@@ -91,12 +93,33 @@ with tempfile.TemporaryDirectory() as d:
         g = o["grad"].reshape(z2.shape).astype(np.float64)
         check(np.all(np.abs(g - grad) <= ulp32(grad) + 1e-12 * np.abs(grad)), f"{name}: grad faithful")
         check(np.all(np.isfinite(o["entropy"])), f"{name}: entropy finite")
-    # numpy has no bfloat16: a 'V2' (ml_dtypes) array is refused with a message
+    # bfloat16 as numpy writes ml_dtypes.bfloat16: descr '<V2' (made here from
+    # the bits, so that the case runs without ml_dtypes; tests/stages/
+    # cli_cases.sh writes it with ml_dtypes): read as bf16
+    z = (rng.standard_normal((7, 50)) * 8).clip(-40, 40).astype(np.float32)
+    u = z.view(np.uint32).astype(np.uint64)
+    bits = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    p = f"{d}/bf.npy"
+    np.save(p, bits)
+    raw = open(p, "rb").read()
+    open(p, "wb").write(raw.replace(b"'descr': '<u2'", b"'descr': '<V2'", 1))
+    t = rng.integers(0, 50, size=7).astype(np.int64)
+    np.save(f"{d}/tb.npy", t)
+    r = subprocess.run([xent, "ce", "--logits", p, "--labels", f"{d}/tb.npy", "--out", f"{d}/bf_o.npy",
+                        "--reduction", "none"], capture_output=True, text=True)
+    check(r.returncode == 0, f"'<V2' (ml_dtypes bfloat16) logits read as bf16: {r.stderr.strip()}")
+    if r.returncode == 0:
+        zb = (bits.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+        nll, lse, _ = reference(zb, t)
+        got = np.load(f"{d}/bf_o.nll.npy").astype(np.float64)
+        check(np.all(np.abs(got - nll) <= ulp32(nll) + 1e-13 * np.abs(nll)), "'<V2' logits: nll within 1 ulp")
+    # a raw 2-byte void ('|V2') is not bfloat16: refused with a hint
     p = f"{d}/v2.npy"
     np.save(p, np.zeros((2, 3), dtype="V2"))
     r = subprocess.run([xent, "ce", "--logits", p, "--labels", f"{d}/t0.npy", "--out", f"{d}/x.npy"],
                        capture_output=True, text=True)
-    check(r.returncode == 1 and "V2" in r.stderr, f"'V2' logits refused: {r.stderr.strip()}")
+    check(r.returncode == 1 and "V2" in r.stderr and "ml_dtypes" in r.stderr,
+          f"'|V2' logits refused with a hint: {r.stderr.strip()}")
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
 EOF

@@ -1,13 +1,14 @@
-/* src/cuda/ce_cluster.cu: the on-chip row kernel. bf16/f16 logits on the
+/* src/cuda/ce_onchip.cu: the on-chip row kernel. bf16/f16 logits on the
  * fast path (no softcap; gradient bf16/f16 or none), forward (with or
  * without the gradient) and shard statistics, for V up to 16384 by default
- * (one block holds the row; up to 32768 when XENT_CUDA_CLUSTER asks);
- * larger V takes the streaming kernel of ce.cu.
+ * (one block holds the row; a plan of 2 to 8 blocks a row takes V up to
+ * 32768: xent_cuda_set_plan); larger V takes the streaming kernel of
+ * ce_stream.cu. The choice and the launch plan are src/cuda/select.cu's.
  *
  * Each row is read from memory once. The row is cut into C slices of whole
  * 8-column chunks (slice q: chunks [q P, (q + 1) P), P = ceil(ceil(V / 8) /
  * C)), one per block of a thread-block cluster (C = 1 by default; 2, 4 or 8
- * when XENT_CUDA_CLUSTER asks); each block copies its slice into shared
+ * when the plan asks); each block copies its slice into shared
  * memory and every later pass reads it there:
  *   pass 0  max over the non-target columns, with packed bf16/f16 max and
  *           min that keep NaN (so they also find NaN and +-inf);
@@ -36,9 +37,6 @@
 
 namespace cg = cooperative_groups;
 
-#define XQ_MAX_NT 256
-#define XQ_SLICE_BYTES 65536 /* slices up to 64 KiB (3 blocks per SM) */
-#define XQ_DEFAULT_MAX_V 16384 /* the default plan's largest V */
 
 /* What a block tells the others after pass 0 (16 bytes) and after pass 1
  * (32 bytes). */
@@ -577,58 +575,6 @@ __global__ void __launch_bounds__(XQ_MAX_NT, 3) xq_row_kernel(const xc_params k,
 /* Launch                                                              */
 /* ------------------------------------------------------------------ */
 
-/* The launch plan for V (16-bit logits): cluster size C, block size NT and
- * chunks per slice P. By default C = 1: one block holds the whole row, for V
- * up to XQ_DEFAULT_MAX_V; larger V goes to the streaming kernel of ce.cu,
- * which measured faster than clusters of 2 to 8 blocks, and at V = 32000
- * faster than one block a row (forward-only 0.68 against 0.90-0.97 ms at T
- * = 32768; at V = 16384 and 8192 this kernel was faster with a gradient:
- * bench/RESULTS.md). XENT_CUDA_CLUSTER
- * = C[:NT[:G]] forces a plan (C = 1, 2, 4 or 8; 0 turns this kernel off; G
- * caps the number of clusters, so that each does many rows: for the tests).
- * Returns 0 when the kernel does not apply. */
-struct xq_plan_t {
-    int C, NT, P;
-    int G; /* at most this many clusters (0: as many as fit) */
-};
-
-static int xq_plan(int64_t V, xq_plan_t *pl) {
-    const int64_t nchunk = (V + 7) / 8;
-    int c = 0, nt = 0, g = 0;
-    const char *s = getenv("XENT_CUDA_CLUSTER");
-    if (s) {
-        c = atoi(s);
-        const char *colon = strchr(s, ':');
-        if (colon) {
-            nt = atoi(colon + 1);
-            colon = strchr(colon + 1, ':');
-            if (colon) g = atoi(colon + 1);
-        }
-        if (c == 0) return 0;
-        if (c != 1 && c != 2 && c != 4 && c != 8) c = 0;
-        if (nt < 32 || nt > XQ_MAX_NT || nt % 32) nt = 0;
-    }
-    if (!c) {
-        if (V > XQ_DEFAULT_MAX_V) return 0;
-        c = 1;
-    }
-    const int64_t p = (nchunk + c - 1) / c;
-    if (p * 16 > XQ_SLICE_BYTES) return 0;
-    if (!nt) { /* about 16 chunks per thread */
-        for (nt = 64; nt < XQ_MAX_NT && (int64_t)nt * 16 < p; nt *= 2) {}
-    }
-    pl->C = c;
-    pl->NT = nt;
-    pl->P = (int)p;
-    pl->G = g > 0 ? g : 0;
-    return 1;
-}
-
-int xq_takes(int64_t V) {
-    xq_plan_t pl;
-    return xq_plan(V, &pl);
-}
-
 template <class In, int OUT, bool EXTRA>
 static int xq_go(const xc_params *p, const xq_plan_t &pl, cudaStream_t s) {
     void (*kern)(const xc_params, const int) = xq_row_kernel<In, OUT, EXTRA>;
@@ -673,17 +619,8 @@ static int xq_out(const xc_params *p, const xq_plan_t &pl, cudaStream_t s) {
     return xq_go<In, 0, false>(p, pl, s);
 }
 
-int xq_launch_rows(const xc_params *p, void *stream) {
-    if (p->mode != XC_MODE_FWD && p->mode != XC_MODE_PART && p->mode != XC_MODE_STAT)
-        return -1;
-    if (p->in_dtype != XENT_BF16 && p->in_dtype != XENT_F16) return -1;
-    if (p->softcap != 0) return -1;
-    if (p->grad && p->mode == XC_MODE_FWD && p->grad_dtype != XENT_BF16 &&
-        p->grad_dtype != XENT_F16)
-        return -1;
-    xq_plan_t pl;
-    if (!xq_plan(p->V, &pl)) return -1;
+int xq_launch_rows(const xc_params *p, const xq_plan_t *pl, void *stream) {
     cudaStream_t s = (cudaStream_t)stream;
-    if (p->in_dtype == XENT_BF16) return xq_out<xc_bf16>(p, pl, s);
-    return xq_out<xc_f16>(p, pl, s);
+    if (p->in_dtype == XENT_BF16) return xq_out<xc_bf16>(p, *pl, s);
+    return xq_out<xc_f16>(p, *pl, s);
 }

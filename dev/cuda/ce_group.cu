@@ -1,6 +1,9 @@
-/* src/cuda/ce_group.cu: the group kernel, off unless XENT_CUDA_GROUP asks
- * for it (forward-only it runs at half the streaming kernel's speed: see
- * xg_plan). bf16/f16 logits on the fast path (no softcap, no entropy, no
+/* dev/cuda/ce_group.cu: the group kernel, an experiment (dev/README.md):
+ * not part of libxent. It compiles against the library's internal headers
+ * (`make dev`); to run it, a build of the library calls xg_launch_rows
+ * from xc_launch_rows (src/cuda/ce_stream.cu) ahead of the selection, as
+ * it did when it lived there. XENT_CUDA_GROUP selects it (xg_plan).
+ * Forward-only it runs at half the streaming kernel's speed. bf16/f16 logits on the fast path (no softcap, no entropy, no
  * label smoothing; gradient bf16/f16 or none), forward with or without the
  * gradient. Each row is read from memory once.
  *
@@ -656,12 +659,11 @@ __global__ void __launch_bounds__(XG_THREADS, 1) xg_row_kernel(const xc_params k
 /* ------------------------------------------------------------------ */
 
 /* The plan for V: C blocks a row, P chunks a slice, at most Gmax groups (0:
- * as many as fit). The kernel is off unless XENT_CUDA_GROUP asks for it: with
- * a gradient it measured 2.5-18% faster than the streaming kernel at V =
- * 128256 and 151936 but slower at 32000, and forward-only (which must take
- * the same kernel, for the same bits) half as fast (docs/cuda.md,
- * bench/RESULTS.md, 2026-12-03 17:20 UTC). XENT_CUDA_GROUP=auto: C the
- * fewest with P <= XG_MAX_P, for V from XG_MIN_V (below it the on-chip
+ * as many as fit). With a gradient it measured 7-22% faster than the
+ * streaming kernel at V = 128256 and 151936 and 4% faster at 32000 on an
+ * H200; forward-only (which must take the same kernel, for the same bits)
+ * 1.6-1.9 times slower (docs/cuda.md, "Experiments (dev/)").
+ * XENT_CUDA_GROUP=auto: C the fewest with P <= XG_MAX_P, for V from XG_MIN_V (below it the on-chip
  * kernel takes the rows); =C[:G] forces C (1 to XG_MAX_C) and caps the
  * groups (for the tests); 0 or unset: off.
  * Returns 0 when the kernel does not apply. */
@@ -780,7 +782,7 @@ int xg_launch_rows(const xc_params *p, void *stream) {
     if (p->softcap != 0 || p->exact || p->extra) return -1;
     if (p->grad && p->grad_dtype != XENT_BF16 && p->grad_dtype != XENT_F16) return -1;
     xg_plan_t pl;
-    if (!xg_plan(p->V, &pl) || xq_takes(p->V)) return -1;
+    if (!xg_plan(p->V, &pl) || p->V <= XQ_DEFAULT_MAX_V) return -1;
     cudaStream_t s = (cudaStream_t)stream;
     const int e = p->in_dtype == XENT_BF16 ? xg_out<xc_bf16>(p, pl, s) : xg_out<xc_f16>(p, pl, s);
     if (e <= 0) __atomic_fetch_add(e == 0 ? &xg_ran : &xg_declined, 1ull, __ATOMIC_RELAXED);

@@ -1,19 +1,19 @@
-/* src/cpu/ce_forms.c: CPU emulations of the common cross-entropy forms, the
+/* src/audit/ce_forms.c: CPU emulations of the common cross-entropy forms, the
  * long-double oracle and the dead-zone threshold search behind `xent sweep`.
  *
  * Model of the reductions: every emulated kernel sums exp(z_j - max) in fp32
  * lanes; we model that sum as the correctly rounded fp32 value of the exact
  * sum of the fp32 terms (accumulated here in double, then rounded once), so
  * a sum that contains the target's 1 is fl(1 + s) with s the non-target mass.
- * This is the model under which the thresholds of ANCHORS.md section 1 hold.
+ * This is the model under which the thresholds of docs/numerics.md section 5 hold.
  * Real tree reductions can lose a little more of s (when the target's partial
  * meets the other partials one half at a time, each below half an ulp of 1,
  * the fp32 threshold moves from 24 ln 2 down to about 23 ln 2). Every other
  * operation (expf, logf, the subtractions, each store to bf16 / fp16) is
  * performed exactly as the emulated kernel performs it, in the same order. */
-#include "cpu/ce_forms.h"
+#include "audit/ce_forms.h"
 
-#include "xent_internal.h"
+#include "core/xent_math.h"
 
 #include <float.h>
 #include <math.h>
@@ -118,9 +118,10 @@ static void form_probs(const float *z, int64_t V, int64_t t, xent_dtype store,
 /* log_softmax on bf16 input as the CPU vectorised kernel runs it: the
  * arithmetic is fp32, every stored intermediate is bf16: the max, the sum of
  * exp (accumulated in fp32 lanes, stored in a bf16 buffer), the log of the
- * stored sum, and out = (z - max) - logsum. This reproduces ANCHORS' 5.55
- * (bf16(1 + s) = 1 once s <= 2^-8). Rounding the running sum to bf16 after
- * every add instead would stall the sum far earlier (measured on a sweep row,
+ * stored sum, and out = (z - max) - logsum. This reproduces the 5.55-nat
+ * threshold of docs/numerics.md section 5 (bf16(1 + s) = 1 once
+ * s <= 2^-8). Rounding the running sum to bf16 after every add instead
+ * would stall the sum far earlier (measured on a sweep row,
  * V = 128256: the sum is 1 from m = 2.5 sequentially, from m = 4 over 32
  * lanes, and 3.4 instead of 55.6 at m = -4), which matches no threshold.
  * Backward of nll_loss o log_softmax:

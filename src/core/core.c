@@ -1,7 +1,12 @@
-/* src/core.c: status strings, error messages, dtypes, conversions, threads. */
-#include "xent_internal.h"
+/* src/core/core.c: status strings, error messages, dtypes, conversions, threads. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
+#endif
+#include "core/xent_internal.h"
 
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,11 +14,14 @@
 
 static _Thread_local char g_errmsg[1024];
 
-xent_status xent__fail(xent_status s, const char *fmt, ...) {
+xent_status xent_set_error(xent_status s, const char *fmt, ...) {
+    /* formatted aside first: the arguments may include xent_last_error() */
+    char buf[sizeof g_errmsg];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(g_errmsg, sizeof g_errmsg, fmt, ap);
+    vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
+    memcpy(g_errmsg, buf, sizeof buf);
     return s;
 }
 
@@ -70,10 +78,10 @@ xent_status xent_dtype_parse(const char *s, xent_dtype *out) {
         {"i32", XENT_I32}, {"int32", XENT_I32}, {"i64", XENT_I64}, {"int64", XENT_I64},
         {"u8", XENT_U8}, {"uint8", XENT_U8},
     };
-    if (!s || !out) return xent__fail(XENT_ERR_NULL, "xent_dtype_parse: NULL argument");
+    if (!s || !out) return xent_set_error(XENT_ERR_NULL, "xent_dtype_parse: NULL argument");
     for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++)
         if (!strcmp(s, tab[i].name)) { *out = tab[i].t; return XENT_OK; }
-    return xent__fail(XENT_ERR_VALUE,
+    return xent_set_error(XENT_ERR_VALUE,
                       "unknown dtype '%s' (accepted: f32, bf16, f16, f64, i32, i64, u8)", s);
 }
 
@@ -153,21 +161,54 @@ uint16_t xent_f64_to_f16(double d) {
     return sign | (uint16_t)((exp + 15) << 10) | mant;
 }
 
-int xent__threads(int requested) {
-    int n = requested;
-    if (n <= 0) {
-        const char *e = getenv("XENT_NUM_THREADS");
-        n = e ? atoi(e) : 0;
+static _Atomic int g_default_threads; /* 0: the cores available      */
+static _Atomic int g_cores;           /* cached available_cores()      */
+
+/* The CPUs this process may run on (sched_getaffinity), capped by a cgroup
+ * v2 CPU quota (/sys/fs/cgroup/cpu.max, "quota period", rounded up) when
+ * one is set; at least 1. Computed once. */
+static int available_cores(void) {
+    int c = atomic_load(&g_cores);
+    if (c > 0) return c;
+    long n = 0;
+#ifdef __linux__
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) n = CPU_COUNT(&set);
+#endif
+    if (n <= 0) n = sysconf(_SC_NPROCESSORS_ONLN);
+    if (n <= 0) n = 1;
+#ifdef __linux__
+    FILE *f = fopen("/sys/fs/cgroup/cpu.max", "r");
+    if (f) {
+        char q[32] = {0};
+        long long period = 0;
+        if (fscanf(f, "%31s %lld", q, &period) == 2 && strcmp(q, "max") != 0 && period > 0) {
+            long long quota = atoll(q);
+            long long lim = (quota + period - 1) / period;
+            if (lim >= 1 && lim < n) n = (long)lim;
+        }
+        fclose(f);
     }
-    if (n <= 0) {
-        long c = sysconf(_SC_NPROCESSORS_ONLN);
-        n = c > 0 ? (int)c : 1;
-    }
+#endif
+    c = n > 256 ? 256 : (int)n;
+    atomic_store(&g_cores, c);
+    return c;
+}
+
+int xent_set_num_threads(int n) {
+    return atomic_exchange(&g_default_threads, n > 0 ? (n > 256 ? 256 : n) : 0);
+}
+
+int xent_num_threads(int requested) {
+    int n = requested > 0 ? requested : atomic_load(&g_default_threads);
+    if (n <= 0) n = available_cores();
     return n < 1 ? 1 : (n > 256 ? 256 : n);
 }
 
+/* ---- one-shot threads: the fallback when the pool is busy --------------- */
+
 typedef struct {
-    xent__range_fn fn;
+    xent_range_fn fn;
     void *ctx;
     int64_t begin, end;
 } range_job;
@@ -178,16 +219,12 @@ static void *range_thread(void *arg) {
     return NULL;
 }
 
-void xent__parallel_for(int64_t n, int threads, xent__range_fn fn, void *ctx) {
-    if (n <= 0) return;
-    if (threads > n) threads = (int)n;
-    if (threads <= 1) { fn(ctx, 0, n); return; }
+static void parallel_spawn(int64_t n, int threads, xent_range_fn fn, void *ctx) {
     range_job jobs[256];
     pthread_t tids[256];
     int started[256] = {0};
-    for (int k = 0; k < threads; k++) {
+    for (int k = 0; k < threads; k++)
         jobs[k] = (range_job){fn, ctx, n * k / threads, n * (k + 1) / threads};
-    }
     for (int k = 1; k < threads; k++)
         started[k] = pthread_create(&tids[k], NULL, range_thread, &jobs[k]) == 0;
     fn(ctx, jobs[0].begin, jobs[0].end);
@@ -195,6 +232,103 @@ void xent__parallel_for(int64_t n, int threads, xent__range_fn fn, void *ctx) {
         if (started[k]) pthread_join(tids[k], NULL);
         else fn(ctx, jobs[k].begin, jobs[k].end);
     }
+}
+
+/* ---- the pool: workers created once, on first need, and kept ------------
+ * One call at a time owns the pool (g_pool_call); a call that finds it
+ * taken (another thread's call, or a nested call from inside fn) starts
+ * one-shot threads instead, so nothing can deadlock. Worker k runs chunk k
+ * of the call's range, the caller chunk 0: the same split as before. */
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t wake, done;
+    int nworkers;          /* workers started (ids 1..nworkers)           */
+    uint64_t gen;          /* bumped for each call                         */
+    xent_range_fn fn;
+    void *ctx;
+    int64_t n;
+    int parts;             /* chunks of this call (caller + parts-1)      */
+    int remaining;         /* worker chunks not finished                  */
+    uint64_t start_gen[257]; /* gen when worker k was started            */
+} g_pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER,
+            0, 0, NULL, NULL, 0, 0, 0, {0}};
+static pthread_mutex_t g_pool_call = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t g_pool_once = PTHREAD_ONCE_INIT;
+
+static void *pool_worker(void *arg) {
+    int id = (int)(intptr_t)arg;
+    pthread_mutex_lock(&g_pool.mu);
+    uint64_t seen = g_pool.start_gen[id]; /* a call may already wait on it */
+    for (;;) {
+        while (g_pool.gen == seen) pthread_cond_wait(&g_pool.wake, &g_pool.mu);
+        seen = g_pool.gen;
+        if (id >= g_pool.parts) continue;
+        xent_range_fn fn = g_pool.fn;
+        void *ctx = g_pool.ctx;
+        int64_t n = g_pool.n;
+        int parts = g_pool.parts;
+        pthread_mutex_unlock(&g_pool.mu);
+        fn(ctx, n * id / parts, n * (id + 1) / parts);
+        pthread_mutex_lock(&g_pool.mu);
+        if (--g_pool.remaining == 0) pthread_cond_signal(&g_pool.done);
+    }
+    return NULL;
+}
+
+/* In a forked child only the forking thread exists: start afresh. */
+static void pool_atfork_child(void) {
+    pthread_mutex_init(&g_pool.mu, NULL);
+    pthread_cond_init(&g_pool.wake, NULL);
+    pthread_cond_init(&g_pool.done, NULL);
+    pthread_mutex_init(&g_pool_call, NULL);
+    g_pool.nworkers = 0;
+    g_pool.remaining = 0;
+}
+
+static void pool_init_once(void) { pthread_atfork(NULL, NULL, pool_atfork_child); }
+
+void xent_parallel_for(int64_t n, int threads, xent_range_fn fn, void *ctx) {
+    if (n <= 0) return;
+    if (threads > n) threads = (int)n;
+    if (threads > 256) threads = 256;
+    if (threads <= 1) { fn(ctx, 0, n); return; }
+    pthread_once(&g_pool_once, pool_init_once);
+    if (pthread_mutex_trylock(&g_pool_call) != 0) {
+        parallel_spawn(n, threads, fn, ctx);
+        return;
+    }
+    pthread_mutex_lock(&g_pool.mu);
+    while (g_pool.nworkers < threads - 1) {
+        pthread_t t;
+        pthread_attr_t at;
+        pthread_attr_init(&at);
+        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+        g_pool.start_gen[g_pool.nworkers + 1] = g_pool.gen;
+        int rc = pthread_create(&t, &at, pool_worker, (void *)(intptr_t)(g_pool.nworkers + 1));
+        pthread_attr_destroy(&at);
+        if (rc != 0) break;
+        g_pool.nworkers++;
+    }
+    int parts = threads <= g_pool.nworkers + 1 ? threads : g_pool.nworkers + 1;
+    if (parts != threads) { /* could not start them all: keep the split */
+        pthread_mutex_unlock(&g_pool.mu);
+        pthread_mutex_unlock(&g_pool_call);
+        parallel_spawn(n, threads, fn, ctx);
+        return;
+    }
+    g_pool.fn = fn;
+    g_pool.ctx = ctx;
+    g_pool.n = n;
+    g_pool.parts = parts;
+    g_pool.remaining = parts - 1;
+    g_pool.gen++;
+    pthread_cond_broadcast(&g_pool.wake);
+    pthread_mutex_unlock(&g_pool.mu);
+    fn(ctx, 0, n / parts);
+    pthread_mutex_lock(&g_pool.mu);
+    while (g_pool.remaining > 0) pthread_cond_wait(&g_pool.done, &g_pool.mu);
+    pthread_mutex_unlock(&g_pool.mu);
+    pthread_mutex_unlock(&g_pool_call);
 }
 
 /* ABI introspection: struct sizes and field offsets by name, so that

@@ -1,47 +1,27 @@
-/* src/xent_internal.h: private helpers shared by the library's sources.
- * Private names use the xent__ prefix. */
-#ifndef XENT_INTERNAL_H
-#define XENT_INTERNAL_H
-
-#include "xent.h"
+/* src/core/xent_math.h: the exact scalar pieces shared by the CPU kernels,
+ * the CUDA kernels and the tools: element loads and exp in double. Header
+ * only; each function compiles for the host (static inline) and, under
+ * nvcc, for the device too (XENT_HD), from the same text, so the two sides
+ * run the same operations in the same order. Needs no fast-math and no FMA
+ * contraction (the CPU is built with -ffp-contract=off, CUDA with
+ * -fmad=false); every fma is written out. */
+#ifndef XENT_MATH_H
+#define XENT_MATH_H
 
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
-/* Records a formatted message for xent_last_error() and returns s. */
-xent_status xent__fail(xent_status s, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
-/* Clears the thread's message (called at the start of public entry points
- * is not required: the message is only meaningful after a failure). */
+#include "xent.h"
 
-#ifdef __cplusplus
-extern "C" {
+#ifdef __CUDACC__
+#define XENT_HD static __host__ __device__ __forceinline__
+#else
+#define XENT_HD static inline
 #endif
-/* Checks every field of the cross-entropy options for a call over V
- * columns (src/cpu/ce.c); the CPU and CUDA entry points share it. */
-xent_status xent__ce_check_opts(const xent_ce_opts *o, int64_t V);
-/* For the tests: the calls the CUDA group kernel ran, and those it handed
- * to the streaming kernel after its plan applied because the device could
- * not host it (src/cuda/ce_group.cu; both 0 in a build without CUDA). */
-void xent__cuda_group_counts(unsigned long long *ran, unsigned long long *declined);
-#ifdef __cplusplus
-}
-#endif
-
-/* Number of worker threads for a request (0 = XENT_NUM_THREADS env, else all
- * online cores), clamped to [1, 256]. */
-int xent__threads(int requested);
-
-/* Runs fn(ctx, begin, end) over [0, n) split into `threads` contiguous
- * chunks (fewer when n is small). Blocks until all are done. fn must not
- * depend on how the range was split. Falls back to the calling thread if a
- * thread cannot be started. */
-typedef void (*xent__range_fn)(void *ctx, int64_t begin, int64_t end);
-void xent__parallel_for(int64_t n, int threads, xent__range_fn fn, void *ctx);
 
 /* Element loads as float (exact for all three formats). */
-static inline float xent__bf16_f32(uint16_t h) {
+XENT_HD float xent__bf16_f32(uint16_t h) {
     uint32_t u = (uint32_t)h << 16;
     float f;
     memcpy(&f, &u, 4);
@@ -49,7 +29,7 @@ static inline float xent__bf16_f32(uint16_t h) {
 }
 
 /* Branch-free IEEE half -> single (exact, subnormals, inf and NaN kept). */
-static inline float xent__f16_f32(uint16_t h) {
+XENT_HD float xent__f16_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t em = h & 0x7FFFu;
     /* normal/inf/nan: shift exponent+mantissa into place and rebias; the
@@ -68,7 +48,7 @@ static inline float xent__f16_f32(uint16_t h) {
     return f;
 }
 
-static inline float xent__load(const void *p, xent_dtype t, int64_t i) {
+XENT_HD float xent__load(const void *p, xent_dtype t, int64_t i) {
     switch (t) {
     case XENT_F32: return ((const float *)p)[i];
     case XENT_BF16: return xent__bf16_f32(((const uint16_t *)p)[i]);
@@ -78,7 +58,7 @@ static inline float xent__load(const void *p, xent_dtype t, int64_t i) {
 }
 
 /* Reads label i (I32 or I64). */
-static inline int64_t xent__label(const void *labels, xent_dtype t, int64_t i) {
+XENT_HD int64_t xent__label(const void *labels, xent_dtype t, int64_t i) {
     return t == XENT_I32 ? (int64_t)((const int32_t *)labels)[i]
                          : ((const int64_t *)labels)[i];
 }
@@ -86,7 +66,7 @@ static inline int64_t xent__label(const void *labels, xent_dtype t, int64_t i) {
 /* exp(x) in double, vectorizable (no branches, no libm): relative error
  * below 2^-50 for x in [-745, 709] (see docs/numerics.md, "exp"); returns
  * 0 below -745.1 and +inf above 709.8; NaN stays NaN. */
-static inline double xent__exp(double x) {
+XENT_HD double xent__exp(double x) {
     const double log2e = 1.4426950408889634;
     const double ln2_hi = 0x1.62e42fefa39efp-1;     /* ln 2, upper bits   */
     const double ln2_lo = 0x1.abc9e3b39803fp-56;    /* ln 2 - ln2_hi      */

@@ -1,4 +1,4 @@
-/* src/cuda/ce.cu: cross-entropy kernels on CUDA.
+/* src/cuda/ce_stream.cu: cross-entropy kernels on CUDA.
  *
  * One thread block per row (rows loop by gridDim.x); the block size is a
  * function of V (ce_api.cu). A row is cut in chunks of 8 columns; chunk c
@@ -176,7 +176,7 @@ __device__ __forceinline__ void xc_load_chunk(const typename In::raw *row, int64
  * rows (XC_AL_PIECES) one pass-1 code serves every row of 16-bit values,
  * aligned or not: with a second code for the unaligned rows, both ran
  * from the instruction cache at once and every unaligned row took longer
- * (bench/RESULTS.md, 2026-12-02 07:20-07:50 UTC). */
+ * (H200). */
 template <class In, int F, bool HINT>
 __device__ __forceinline__ void xc_load_round_f(const typename In::raw *row, int c, int NT,
                                                 int nfull, bool plain, uint64_t pol,
@@ -292,8 +292,7 @@ __device__ __forceinline__ void xc_pass1(const xc_params &k, xc_acc &a,
              * the same bits; forward + backward 0.5-1.3% faster in place,
              * forward only (its build has no HINT) 2% slower at V = 32000
              * and no faster elsewhere, though the careful loop took 12% of
-             * its instructions at V = 128256 (bench/RESULTS.md, 2026-12-02
-             * 16:02-16:37 UTC) */
+             * its instructions at V = 128256 (ncu, H200) */
             const int left = nfull - (c0 + lane);
             const int nu = left <= 0                ? 0
                            : left >= XC_UNROLL * NT ? XC_UNROLL
@@ -651,8 +650,7 @@ struct xc_shared {
  * on the fast path, every row: xc_one_code). XC_AL_PIECES (16-bit
  * logits, no gradient, some row not aligned): every row in its load form
  * (xc_load_round) by one pass-1 code, 22-25% faster than XC_AL_ANY on
- * such rows, 4-10% slower on aligned ones (bench/RESULTS.md, 2026-12-02
- * 07:20-07:50 UTC). */
+ * such rows, 4-10% slower on aligned ones (H200). */
 #define XC_AL_ANY 0
 #define XC_AL_ALIGNED 1
 #define XC_AL_PIECES 2
@@ -722,13 +720,13 @@ __global__ void __launch_bounds__(1024) xc_row_kernel(const xc_params k) {
         xc_acc a;
         xc_acc_init(a);
         /* chunks per thread kept in shared memory (aligned rows only: for
-         * unaligned rows of 16-bit values it measured 3-5% slower,
-         * bench/RESULTS.md, 2026-12-02 06:03 UTC). ONE: a fast-path call
+         * unaligned rows of 16-bit values it measured 3-5% slower on
+         * an H200). ONE: a fast-path call
          * with a 16-bit gradient and some row not aligned (odd V) loads
          * its aligned rows element by element too, nothing kept: one
          * pass-1 code and one pass-2 code for every row, which the
          * instruction cache holds (15% faster at 32768 x 50257 into a
-         * buffer, 8% in place: bench/RESULTS.md, 2026-12-02 10:40 UTC) */
+         * buffer, 8% in place, H200) */
         constexpr bool ONE = xc_one_code<In, OUT, PRECISE, AL>();
         const bool vrow = AL == XC_AL_ALIGNED || (!ONE && ((uintptr_t)row & 15) == 0);
         const int kcap = vrow ? (int)(k.stage_bytes / (16 * In::VECS * (int64_t)blockDim.x)) : 0;
@@ -925,27 +923,6 @@ static int xc_grid(int64_t n) { return (int)(n < (1 << 24) ? n : (1 << 24)); }
 /* Blocks of 128 threads, one thread a row (the combine and the finish). */
 static int xc_row_grid(int64_t T) { return T > 128 ? xc_grid((T + 127) / 128) : 1; }
 
-/* XENT_CUDA_SMEM: dynamic shared memory per block (bytes). When the call
- * writes a gradient, the first chunks of each thread are kept there
- * between pass 1 and pass 2 (the rest is read again, mostly from L2); it
- * also caps the blocks per multiprocessor. It does not change any result. */
-static int xc_smem_pad(int block, int wide) {
-    const char *s = getenv("XENT_CUDA_SMEM");
-    if (s) {
-        int v = atoi(s);
-        return v > 0 && v <= 200 * 1024 ? v : 0;
-    }
-    /* default: 512-thread blocks (XENT_CUDA_BLOCK only) keep 110000 bytes
-     * of their row (two blocks per multiprocessor); the default blocks
-     * (128 to 256 threads, four per multiprocessor at 256) keep 8 chunks
-     * per thread of 16-bit logits (36000 bytes at 256 threads: 3-5%
-     * faster at 16384 x 128256 and 8192 x 151936 in three interleaved
-     * runs, bench/RESULTS.md, run of 2026-12-01 21:29 UTC); fp32 logits
-     * keep none (not measured) */
-    if (block >= 512) return 110000;
-    return wide ? 0 : block / 32 * 4500;
-}
-
 /* Every row of the logits and of the gradient (when written) 16-byte
  * aligned: base and leading dimension. */
 static int xc_all_aligned(const xc_params *p) {
@@ -961,7 +938,7 @@ static int xc_all_aligned(const xc_params *p) {
 template <class In, int OUT, bool PRECISE, bool EXTRA, int AL>
 static int xc_go_al(const xc_params *p, int block, cudaStream_t s) {
     const bool stage = p->grad && p->mode == XC_MODE_FWD && !xc_one_code<In, OUT, PRECISE, AL>();
-    const int pad = stage ? xc_smem_pad(block, In::VECS > 1) : 0;
+    const int pad = stage ? xc_stage_bytes(block, In::VECS > 1) : 0;
     if (pad > 48 * 1024) {
         cudaError_t e = cudaFuncSetAttribute(xc_row_kernel<In, OUT, PRECISE, EXTRA, AL>,
                                              cudaFuncAttributeMaxDynamicSharedMemorySize, pad);
@@ -976,7 +953,7 @@ static int xc_go_al(const xc_params *p, int block, cudaStream_t s) {
 /* The build of the row kernel for a call (XC_AL_*): the fast path with a
  * gradient in two, for all rows aligned or not (the one for aligned rows
  * leaves out the unaligned pass 2, whose registers cost the aligned path
- * 3%: bench/RESULTS.md); without a gradient, XC_AL_ANY when every row is
+ * 3% on an H200); without a gradient, XC_AL_ANY when every row is
  * aligned (the aligned-only build ran 5% more instructions there, and
  * XC_AL_PIECES 3-4% more) and XC_AL_PIECES otherwise (16-bit logits); the
  * precise path in XC_AL_ANY alone. */
@@ -1024,32 +1001,15 @@ static int xc_stream_rows(const xc_params *p, int block, int fast, cudaStream_t 
     return xc_go<xc_f16, 0, true, true>(p, block, s);
 }
 
-/* The fast path applies: no softcap, not the exact mode, 16-bit logits
- * (or fp32 ones of the fused LM head), a 16-bit gradient or none. */
-static int xc_fast(const xc_params *p) {
-    const int has_grad = p->grad && p->mode != XC_MODE_PART;
-    return !p->exact && p->softcap == 0 && (p->in_dtype != XENT_F32 || p->fast_f32) &&
-           (!has_grad || p->grad_dtype == XENT_BF16 || p->grad_dtype == XENT_F16);
+/* The row kernel that xc_choose_rows picks for p. */
+static int xc_any_rows(const xc_params *p, cudaStream_t s) {
+    const xc_choice c = xc_choose_rows(p);
+    if (c.kernel == XC_K_ONCHIP) return xq_launch_rows(p, &c.oc, s);
+    return xc_stream_rows(p, c.block, c.fast, s);
 }
 
-/* One of the two row kernels, chosen by V, dtype and options alone. */
-static int xc_any_rows(const xc_params *p, int block, cudaStream_t s) {
-    const int fast = xc_fast(p);
-    if (fast) {
-        const int e = xq_launch_rows(p, s);
-        if (e >= 0) return e;
-    }
-    return xc_stream_rows(p, block, fast, s);
-}
-
-int xc_launch_rows(const xc_params *p, int block, void *stream) {
+int xc_launch_rows(const xc_params *p, void *stream) {
     cudaStream_t s = (cudaStream_t)stream;
-    if (xc_fast(p)) {
-        /* the group kernel, with or without a gradient, when
-         * XENT_CUDA_GROUP asks for it (ce_group.cu) */
-        const int e = xg_launch_rows(p, s);
-        if (e >= 0) return e;
-    }
     if (p->mode == XC_MODE_FWD && !p->grad && p->rowstat) {
         /* forward only, with scratch from the caller: the rows' statistics
          * go there (STAT mode: the same kernel, so the same sums) and one
@@ -1058,12 +1018,12 @@ int xc_launch_rows(const xc_params *p, int block, void *stream) {
          * waits on one thread's finish in double */
         xc_params q = *p;
         q.mode = XC_MODE_STAT;
-        const int e = xc_any_rows(&q, block, s);
+        const int e = xc_any_rows(&q, s);
         if (e != 0) return e;
         xc_stat_kernel<<<xc_row_grid(p->T), 128, 0, s>>>(*p);
         return (int)cudaGetLastError();
     }
-    return xc_any_rows(p, block, s);
+    return xc_any_rows(p, s);
 }
 
 int xc_launch_labels(const xc_params *p, xc_label_rec *rec, void *stream) {

@@ -1,4 +1,4 @@
-/* src/cpu/ce_forms.h: faithful CPU emulations of the common cross-entropy
+/* src/audit/ce_forms.h: faithful CPU emulations of the common cross-entropy
  * forms that lose precision (for `xent sweep` and the audit's `ce` policy).
  * Each works on one row of fp32 logits (already in the storage dtype the
  * emulated kernel reads) and writes the NLL and, if grad != NULL, dL/dz for
@@ -73,7 +73,7 @@ int xent__ce_form_threshold(const xent__sweep_gen *g, xent_ce_form form,
 
 /* The margin above which `form` is predicted to return exactly 0 for
  * `which` when the target logit is z_t (the rounding argument is in
- * src/cpu/ce_forms.c); INFINITY when it never is. */
+ * src/audit/ce_forms.c); INFINITY when it never is. */
 double xent__ce_form_predicted(xent_ce_form form, int which, float z_t);
 
 #endif

@@ -1,4 +1,4 @@
-/* src/cuda/host_gemm.cu: matrix products of host fp32 arrays on the GPU
+/* src/model/gemm_cuda.cu: matrix products of host fp32 arrays on the GPU
  * (cuBLAS), for the model's runs with real tensor-core products
  * (`xent audit --device cuda`).
  *
@@ -13,9 +13,8 @@
  *
  * One cuBLAS handle and one set of device buffers per process, behind a
  * mutex; calls are synchronous on the legacy default stream. */
-#include "ce_host.h"
-
 #include <cublas_v2.h>
+#include <cuda_runtime.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <mutex>
@@ -24,6 +23,15 @@
 #include <string.h>
 
 #include "model/gemm_device.h"
+
+/* XENT_OK, or XENT_ERR_CUDA with `what` and CUDA's message (the error is
+ * cleared, so that the next call does not take it for its own). */
+static xent_status gc_cuda(cudaError_t e, const char *what) {
+    if (e == cudaSuccess) return XENT_OK;
+    (void)cudaGetLastError();
+    return xent_set_error(XENT_ERR_CUDA, "%s: %s (%s)", what, cudaGetErrorString(e),
+                          cudaGetErrorName(e));
+}
 
 static std::mutex g_mu;
 static cublasHandle_t g_h;
@@ -71,10 +79,10 @@ static xent_status hg_grow(void **p, size_t *n, size_t want, int dev) {
     *p = NULL;
     *n = 0;
     if (dev) {
-        xent_status st = xc_cuda(cudaMalloc(p, want), "cudaMalloc (model products)");
+        xent_status st = gc_cuda(cudaMalloc(p, want), "cudaMalloc (model products)");
         if (st != XENT_OK) return st;
     } else if (!(*p = malloc(want))) {
-        return xent__fail(XENT_ERR_ALLOC, "model products: %zu bytes of host staging", want);
+        return xent_set_error(XENT_ERR_ALLOC, "model products: %zu bytes of host staging", want);
     }
     *n = want;
     return XENT_OK;
@@ -82,7 +90,7 @@ static xent_status hg_grow(void **p, size_t *n, size_t want, int dev) {
 
 static xent_status hg_blas(cublasStatus_t e, const char *what) {
     if (e == CUBLAS_STATUS_SUCCESS) return XENT_OK;
-    return xent__fail(XENT_ERR_CUDA, "model products: cuBLAS %s: %s", what,
+    return xent_set_error(XENT_ERR_CUDA, "model products: cuBLAS %s: %s", what,
                       cublasGetStatusString(e));
 }
 
@@ -109,7 +117,7 @@ static xent_status hg_run(int ta, int tb, int64_t M, int64_t N, int64_t K, float
     char *h = (char *)g_host, *d = (char *)g_dev;
     hg_pack(h + oa, A, ar, ac, lda, dt);
     hg_pack(h + ob, B, br, bc, ldb, dt);
-    st = xc_cuda(cudaMemcpy(d, h, oc, cudaMemcpyHostToDevice), "model products: upload");
+    st = gc_cuda(cudaMemcpy(d, h, oc, cudaMemcpyHostToDevice), "model products: upload");
     if (st != XENT_OK) return st;
     if (!g_h) {
         st = hg_blas(cublasCreate(&g_h), "cublasCreate");
@@ -124,7 +132,7 @@ static xent_status hg_run(int ta, int tb, int64_t M, int64_t N, int64_t K, float
                  "cublasGemmEx");
     if (st != XENT_OK) return st;
     float *t = (float *)(h + oc);
-    st = xc_cuda(cudaMemcpy(t, d + oc, nc, cudaMemcpyDeviceToHost), "model products: download");
+    st = gc_cuda(cudaMemcpy(t, d + oc, nc, cudaMemcpyDeviceToHost), "model products: download");
     if (st != XENT_OK) return st;
     for (int64_t i = 0; i < M; i++)
         for (int64_t j = 0; j < N; j++) {
@@ -140,7 +148,7 @@ extern "C" xent_status xent__gemm_device(int ta, int tb, int64_t M, int64_t N, i
                                          int64_t ldc, xent_dtype hint) {
     const int64_t lim = (int64_t)1 << 31;
     if (M <= 0 || N <= 0 || K <= 0 || M >= lim || N >= lim || K >= lim)
-        return xent__fail(XENT_ERR_SHAPE, "model products: M, N, K = %lld, %lld, %lld",
+        return xent_set_error(XENT_ERR_SHAPE, "model products: M, N, K = %lld, %lld, %lld",
                           (long long)M, (long long)N, (long long)K);
     std::lock_guard<std::mutex> lock(g_mu);
     return hg_run(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, hint);

@@ -1,4 +1,4 @@
-/* bench/sol_rows.cu: what each kernel structure reaches on a two-pass row
+/* dev/sol_rows.cu: what each kernel structure reaches on a two-pass row
  * operation with next to no arithmetic, against the copy floor.
  *
  * The operation: m_r = max of row r, then y = x - m_r (bf16 T x V, rounded

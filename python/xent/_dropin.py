@@ -1,0 +1,326 @@
+"""torch.nn.functional.cross_entropy's exact signature and meaning over
+libxent (issue 51): `xent.nn.functional.cross_entropy` and
+`xent.nn.CrossEntropyLoss`.
+
+Two paths, chosen from static properties of the call (dtype, weight,
+target kind), so that torch.compile sees no data-dependent branch:
+
+* the kernel path: fp32 / bf16 / fp16 logits, class-index targets, no
+  `weight`: the C kernel through the torch.library custom ops
+  `xent::ce_fwd` / `xent::ce_bwd` (fake implementations registered, so
+  torch.compile(fullgraph=True) and torch.export keep them in the graph).
+  Rows holding a -inf logit (the masking idiom), which the kernel reports
+  as non-finite, are recomputed inside the op in float64 with exp(-inf) = 0,
+  so they match torch (a target at -inf gives +inf, an all -inf row NaN).
+  Autograd: first order; a second derivative raises (the backward op has
+  no derivative registered); forward-mode AD raises too.
+* the composed path: float64 logits, `weight=`, probability targets: the
+  loss is torch's own formula evaluated in float64 (torch ops, so autograd
+  of any order works) and rounded once to the input's dtype. Outputs for
+  fp32 / bf16 / fp16 inputs are then within one ulp of the exact value plus
+  float64's own error (about V * 2^-52 relative of the largest term); for
+  float64 inputs the result is float64 arithmetic, not faithfully rounded
+  (a float64 path in the C kernel is needed for that, docs/python.md).
+
+Torch's conventions are kept: a mean over zero counted rows (every target
+ignored, or all weights zero) is NaN; the result has the input's dtype."""
+import ctypes
+from typing import Tuple
+
+import torch
+
+from . import _capi as C
+from ._capi import XentError
+from . import _torch as T
+
+_KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+_RED = {"none": 0, "sum": 1, "mean": 2}
+_RED_NAME = {v: k for k, v in _RED.items()}
+
+
+def _legacy_reduction(size_average, reduce, reduction):
+    if size_average is None and reduce is None:
+        return reduction
+    size_average = True if size_average is None else size_average
+    reduce = True if reduce is None else reduce
+    if not reduce:
+        return "none"
+    return "mean" if size_average else "sum"
+
+
+# --- the custom ops (kernel path) ------------------------------------------
+
+
+def _fix_rows_fwd(z, y, ignore_index, eps, rows):
+    """float64 per-row loss of the rows `rows` (bool [T]) with torch's -inf
+    semantics: (1 - eps) * nll + eps * (lse - mean z)."""
+    zr = z[rows].double()
+    yr = y[rows]
+    lse = torch.logsumexp(zr, dim=-1)
+    logp = zr - lse[:, None]
+    ign = yr == ignore_index
+    yt = yr.masked_fill(ign, 0)
+    nll = -logp.gather(1, yt[:, None])[:, 0]
+    loss = nll if eps == 0 else (1 - eps) * nll - eps * logp.mean(-1)
+    return loss.masked_fill(ign, 0.0), lse
+
+
+def _run_kernel(z, y, ignore_index, reduction, eps, threads=0):
+    prep = T.Prepared(z, y)
+    opts = C.make_opts(ignore_index=ignore_index, reduction=_RED_NAME[
+        reduction], label_smoothing=eps, threads=threads)
+    loss = prep.empty(prep.T if reduction == 0 else 1)
+    stats = prep.empty(prep.T, C.STATS_DOUBLES, dtype=torch.float64)
+    count = prep.empty(1, dtype=torch.int64)
+    nonfin = prep.empty(1, dtype=torch.int64)
+    out = T._out(loss, stats)
+    out.n_counted = count.data_ptr()
+    out.n_nonfinite = nonfin.data_ptr()
+    prep.backend.call("ce", ctypes.byref(prep.inp), ctypes.byref(opts),
+                      ctypes.byref(out))
+    return loss, stats, count, int(nonfin.item())
+
+
+@torch.library.custom_op("xent::ce_fwd", mutates_args=())
+def ce_fwd(z: torch.Tensor, y: torch.Tensor, ignore_index: int,
+           reduction: int, eps: float) -> Tuple[torch.Tensor, torch.Tensor]:
+    """z [T, V] (unit column stride), y [T] -> (loss: [T] for 'none', else
+    [] float32; stats [T, 2] float64: lse, nll, with rows recomputed where
+    the kernel saw a non-finite logit)."""
+    loss, stats, count, nonfin = _run_kernel(z, y, ignore_index, reduction,
+                                             eps)
+    if nonfin:
+        # rows with a NaN or infinite logit: torch's semantics in float64
+        bad = torch.isnan(stats[:, 0])
+        rl, lse = _fix_rows_fwd(z, y, ignore_index, eps, bad)
+        stats[bad, 0] = lse
+        stats[bad, 1] = float("nan")    # marks the row for ce_bwd
+        if reduction == 0:
+            loss[bad] = rl.float()
+        else:
+            # the whole reduction again in float64 (rare path)
+            counted = y != ignore_index
+            rows, _ = _fix_rows_fwd(z, y, ignore_index, eps,
+                                    torch.ones_like(counted))
+            s = rows.sum()
+            if reduction == 2:
+                s = s / counted.sum()
+            loss = s.float().reshape(1)
+    if reduction == 0:
+        return loss, stats
+    if reduction == 2 and int(count.item()) == 0:
+        loss = torch.full((1,), float("nan"), dtype=torch.float32,
+                          device=z.device)           # torch: 0 / 0
+    return loss.reshape(()), stats
+
+
+@ce_fwd.register_fake
+def _(z, y, ignore_index, reduction, eps):
+    T_ = z.shape[0]
+    loss = z.new_empty((T_,) if reduction == 0 else (), dtype=torch.float32)
+    return loss, z.new_empty((T_, 2), dtype=torch.float64)
+
+
+@torch.library.custom_op("xent::ce_bwd", mutates_args=())
+def ce_bwd(g: torch.Tensor, z: torch.Tensor, y: torch.Tensor,
+           stats: torch.Tensor, ignore_index: int, reduction: int,
+           eps: float) -> torch.Tensor:
+    """dL/dz [T, V] in z's dtype, from the upstream g ([T] or [])."""
+    prep = T.Prepared(z, y)
+    opts = C.make_opts(ignore_index=ignore_index, reduction=_RED_NAME[
+        reduction], label_smoothing=eps)
+    rows = None
+    counted = int((y != ignore_index).sum())
+    if reduction == 0:
+        rows = g.reshape(-1).to(torch.float32).contiguous()
+        prep.inp.grad_rows = rows.data_ptr()
+    else:
+        opts.grad_scale = float(g.item())
+    grad = torch.empty((prep.T, prep.V), dtype=z.dtype, device=z.device)
+    st = stats.contiguous()
+    bad = torch.isnan(st[:, 1])             # rows ce_fwd recomputed
+    if reduction == 2 and counted == 0:
+        return torch.zeros_like(grad)     # torch: NaN loss, zero gradient
+    prep.backend.call("ce_backward", ctypes.byref(prep.inp),
+                      ctypes.byref(opts), ctypes.c_void_p(st.data_ptr()),
+                      ctypes.c_void_p(grad.data_ptr()),
+                      ctypes.c_int(prep.dtype), ctypes.c_int64(prep.V))
+    del rows
+    if bool(bad.any()):
+        # torch's gradient of the rows with a non-finite logit, in float64
+        zr = z[bad].double()
+        p = torch.softmax(zr, dim=-1)
+        yr = y[bad]
+        ign = yr == ignore_index
+        onehot = torch.zeros_like(p).scatter_(
+            1, yr.masked_fill(ign, 0)[:, None], 1.0)
+        q = (1 - eps) * onehot + eps / zr.shape[1]
+        gr = p - q
+        if reduction == 0:
+            a = g.reshape(-1)[bad].double()
+        else:
+            a = g.double().expand(int(bad.sum()))
+            if reduction == 2:
+                a = a / counted
+        gr = (gr * a[:, None]).masked_fill(ign[:, None], 0.0)
+        grad[bad] = gr.to(z.dtype)
+    return grad
+
+
+@ce_bwd.register_fake
+def _(g, z, y, stats, ignore_index, reduction, eps):
+    return torch.empty_like(z, memory_format=torch.contiguous_format)
+
+
+def _setup_ctx(ctx, inputs, output):
+    z, y, ignore_index, reduction, eps = inputs
+    ctx.save_for_backward(z, y, output[1])
+    ctx.args = (ignore_index, reduction, eps)
+
+
+def _backward(ctx, g_loss, g_stats):
+    z, y, stats = ctx.saved_tensors
+    return (ce_bwd(g_loss, z, y, stats, *ctx.args), None, None, None, None)
+
+
+torch.library.register_autograd("xent::ce_fwd", _backward,
+                                setup_context=_setup_ctx)
+
+
+# --- layout ---------------------------------------------------------------
+
+
+def _class_last_2d(input):
+    """[C] / [N, C] / [N, C, d1, ...] -> ([T, C] with unit column stride,
+    the batch shape of the per-element loss)."""
+    if input.dim() == 1:
+        return input.unsqueeze(0), ()
+    if input.dim() == 2:
+        x = input
+        if x.stride(1) != 1 and x.shape[1] > 1:
+            x = x.contiguous()
+        return x, (input.shape[0],)
+    # [N, C, d...]: the kernel reads rows of unit column stride, so the
+    # class dimension is moved last with a copy (C change: a column stride)
+    x = input.movedim(1, -1)
+    batch = tuple(x.shape[:-1])
+    return x.reshape(-1, input.shape[1]), batch
+
+
+def _target_flat(target, batch):
+    if target.dim() == 0 and batch == ():
+        return target.reshape(1)
+    return target.reshape(-1)
+
+
+# --- the composed path ----------------------------------------------------
+
+
+def _composed(input, target, weight, ignore_index, reduction, eps):
+    """torch's formula (aten LossNLL.cpp, cross_entropy with label
+    smoothing) in float64, rounded once to the input's dtype."""
+    dt = input.dtype
+    z2, batch = _class_last_2d(input)
+    Cn = z2.shape[1]
+    logp = torch.log_softmax(z2.double(), dim=-1)
+    w = None if weight is None else weight.double()
+    if target.is_floating_point():          # probabilities [.., C, ..]
+        q = _class_last_2d(target)[0].double()
+        if eps > 0:
+            q = q * (1 - eps) + eps / Cn
+        t = -logp * q if w is None else -(logp * w) * q
+        rows = t.sum(-1)
+        if reduction == "none":
+            return rows.reshape(batch).to(dt)
+        s = rows.sum()
+        if reduction == "mean":
+            s = s / rows.shape[0]           # torch: over the N * d1... rows
+        return s.to(dt)
+    y = _target_flat(target, batch)
+    ign = y == ignore_index
+    yt = y.masked_fill(ign, 0)
+    wt = (torch.ones_like(logp[:, 0]) if w is None else w[yt])
+    wt = wt.masked_fill(ign, 0.0)
+    nll = -logp.gather(1, yt[:, None])[:, 0] * wt
+    nll = nll.masked_fill(ign, 0.0)
+    if eps > 0:
+        smooth = -(logp if w is None else logp * w).sum(-1)
+        smooth = smooth.masked_fill(ign, 0.0)
+    if reduction == "none":
+        out = nll if eps == 0 else (1 - eps) * nll + smooth * (eps / Cn)
+        return out.reshape(batch).to(dt)
+    if reduction == "sum":
+        out = nll.sum()
+        if eps > 0:
+            out = (1 - eps) * out + smooth.sum() * (eps / Cn)
+        return out.to(dt)
+    den = wt.sum()                          # 0 -> NaN, as torch
+    out = nll.sum() / den
+    if eps > 0:
+        out = (1 - eps) * out + (smooth.sum() / den) * (eps / Cn)
+    return out.to(dt)
+
+
+# --- the public functions --------------------------------------------------
+
+
+def cross_entropy(input, target, weight=None, size_average=None,
+                  ignore_index=-100, reduce=None, reduction="mean",
+                  label_smoothing=0.0):
+    """torch.nn.functional.cross_entropy, argument for argument."""
+    reduction = _legacy_reduction(size_average, reduce, reduction)
+    if reduction not in _RED:
+        raise ValueError("%s is not a valid value for reduction" % reduction)
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError("label_smoothing must be between 0.0 and 1.0. Got: "
+                         "%s" % label_smoothing)
+    if input.dim() == 0:
+        raise ValueError("input must have a class dimension ([C], [N, C] or "
+                         "[N, C, d1, ...])")
+    if (weight is not None or target.is_floating_point()
+            or input.dtype not in _KERNEL_DTYPES
+            or input.device.type != "cpu"):
+        return _composed(input, target, weight, ignore_index, reduction,
+                         float(label_smoothing))
+    if target.dtype not in (torch.int64, torch.int32):
+        raise XentError("target dtype %s: class indices must be int64 (or "
+                        "int32)" % target.dtype)
+    if not torch.compiler.is_compiling():
+        import torch.autograd.forward_ad as fwAD
+        if fwAD.unpack_dual(input).tangent is not None:
+            raise RuntimeError(
+                "xent cross_entropy: forward-mode AD is not supported on the "
+                "kernel path (fp32/bf16/fp16 logits, class targets, no "
+                "weight); use reverse mode, or float64 logits (the composed "
+                "path, which supports it)")
+    z2, batch = _class_last_2d(input)
+    y = _target_flat(target, batch)
+    if y.shape[0] != z2.shape[0]:
+        raise ValueError("Expected input batch_size (%d) to match target "
+                         "batch_size (%d)." % (z2.shape[0], y.shape[0]))
+    loss, _ = torch.ops.xent.ce_fwd(z2, y.contiguous(), int(ignore_index),
+                                    _RED[reduction], float(label_smoothing))
+    if reduction == "none":
+        loss = loss.reshape(batch)
+    return loss.to(input.dtype)
+
+
+class CrossEntropyLoss(torch.nn.Module):
+    """torch.nn.CrossEntropyLoss, argument for argument (class dimension 1,
+    as torch)."""
+
+    __constants__ = ["ignore_index", "reduction", "label_smoothing"]
+
+    def __init__(self, weight=None, size_average=None, ignore_index=-100,
+                 reduce=None, reduction="mean", label_smoothing=0.0):
+        super().__init__()
+        self.register_buffer("weight", weight)
+        self.ignore_index = ignore_index
+        self.reduction = _legacy_reduction(size_average, reduce, reduction)
+        self.label_smoothing = label_smoothing
+
+    def forward(self, input, target):
+        return cross_entropy(input, target, weight=self.weight,
+                             ignore_index=self.ignore_index,
+                             reduction=self.reduction,
+                             label_smoothing=self.label_smoothing)
