@@ -12,16 +12,19 @@
 
 #define HF_MAX_CONFIG ((uint64_t)64 << 20) /* config.json: 64 MiB at most */
 
-/* The whole of a regular file (a FIFO or a device is refused before it is
- * opened for reading), at most HF_MAX_CONFIG bytes. */
+/* config.json and index.json: the whole file, at most HF_MAX_CONFIG bytes */
 static xent_status read_file(const char *path, char **text, size_t *len) {
+    return xent__read_small_file(path, HF_MAX_CONFIG, text, len);
+}
+
+xent_status xent__read_small_file(const char *path, uint64_t max, char **text, size_t *len) {
     uint64_t size = 0;
     FILE *f = xent_file_open(path, &size);
     if (!f) return XENT_ERR_IO;
-    if (size > HF_MAX_CONFIG) {
+    if (size > max) {
         fclose(f);
         return xent_set_error(XENT_ERR_FORMAT, "%s: %llu bytes, larger than the limit of %llu", path,
-                              (unsigned long long)size, (unsigned long long)HF_MAX_CONFIG);
+                              (unsigned long long)size, (unsigned long long)max);
     }
     char *p = malloc((size_t)size + 1);
     if (!p) {

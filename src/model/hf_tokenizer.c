@@ -262,28 +262,10 @@ xent_status xent_tokenizer_from_json(const char *text, size_t len, const char *p
 
 xent_status xent_tokenizer_load_json(const char *path, xent_tokenizer **out) {
     if (!path || !out) return xent_set_error(XENT_ERR_NULL, "tokenizer_load_json: NULL");
-    uint64_t size = 0;
-    FILE *f = xent_file_open(path, &size);
-    if (!f) return XENT_ERR_IO;
-    if (size > TOK_MAX_BYTES) {
-        fclose(f);
-        return xent_set_error(XENT_ERR_FORMAT, "%s: %llu bytes, larger than the limit of %llu",
-                              path, (unsigned long long)size, (unsigned long long)TOK_MAX_BYTES);
-    }
-    char *p = malloc((size_t)size + 1);
-    if (!p) {
-        fclose(f);
-        return xent_set_error(XENT_ERR_ALLOC, "reading '%s'", path);
-    }
-    size_t n = fread(p, 1, (size_t)size, f);
-    int err = ferror(f);
-    fclose(f);
-    if (err || n != (size_t)size) {
-        free(p);
-        return xent_set_error(XENT_ERR_IO, "%s: read %zu of %llu bytes", path, n,
-                              (unsigned long long)size);
-    }
-    p[n] = 0;
+    char *p = NULL;
+    size_t n = 0;
+    xent_status rs = xent__read_small_file(path, TOK_MAX_BYTES, &p, &n);
+    if (rs) return rs;
     xent_status st = xent_tokenizer_from_json(p, n, path, out);
     free(p);
     return st;

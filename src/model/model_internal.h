@@ -70,4 +70,9 @@ int64_t xent__tokenizer_n_merges(const xent_tokenizer *tk);
 const char *xent__tokenizer_merge(const xent_tokenizer *tk, int64_t i);
 int32_t xent__tokenizer_type(const xent_tokenizer *tk, int64_t i);
 
+/* The whole of a regular file of at most max bytes, NUL-terminated, in
+ * *text (malloc'ed): FIFOs and devices are refused before they are read
+ * (src/model/hf.c; config.json, index.json, tokenizer.json). */
+xent_status xent__read_small_file(const char *path, uint64_t max, char **text, size_t *len);
+
 #endif
