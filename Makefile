@@ -17,7 +17,9 @@ CXX     ?= c++
 # (SSE2) or aarch64 (armv8-a) machine; the CPU kernels add AVX2 and AVX-512
 # paths chosen at run time (src/cpu/ce_kern.h). ARCH=native for a build
 # tuned to this machine alone.
-ARCH    ?= $(or $(ARCH_$(shell uname -m)),native)
+# The target is the compiler's (`make CC=aarch64-linux-gnu-gcc` cross-builds).
+TARGET_CPU := $(firstword $(subst -, ,$(shell $(CC) -dumpmachine 2>/dev/null || uname -m)))
+ARCH    ?= $(or $(ARCH_$(TARGET_CPU)),native)
 ARCH_x86_64  = x86-64
 ARCH_aarch64 = armv8-a
 OPT     ?= -O2
@@ -59,7 +61,7 @@ TOOLS_EXTRA_OBJ ?=
 
 HEADERS := $(wildcard include/*.h include/xent/*.h src/*/*.h tools/*.h tests/*.h bench/*.h)
 
-.PHONY: all lib tools-lib cli tests test test-c test-asan demo clean bench header-check \
+.PHONY: all lib tools-lib cli tests test test-c setup-demo test-asan demo clean bench header-check \
         setup dev
 all: lib cli tests header-check
 
@@ -78,7 +80,7 @@ $(BUILD)/%.o: %.c $(HEADERS)
 # the public functions; the kernels are vectorised at -O3.
 $(XENT_OBJ): CFLAGS += -fvisibility=hidden
 $(BUILD)/src/cpu/%.o: OPT = -O3 $(VEC512)
-VEC512 := $(if $(filter x86_64,$(shell uname -m)),-mprefer-vector-width=512)
+VEC512 := $(if $(filter x86_64,$(TARGET_CPU)),-mprefer-vector-width=512)
 
 $(BUILD)/libxent.a: $(XENT_OBJ)
 	@rm -f $@
@@ -96,9 +98,10 @@ $(BUILD)/libxent_cli.a: $(CLI_LIB_OBJ)
 	ar rcs $@ $^
 
 # The tools, the CLI and the tests are built on this machine, for it
-# (TOOLS_ARCH); the library itself for ARCH.
+# (TOOLS_ARCH); the library itself for ARCH. A cross build builds all of
+# them for the target's baseline.
 $(TOOLS_OBJ) $(CLI_OBJ) $(CLI_LIB_OBJ) $(TEST_OBJ): ARCH = $(TOOLS_ARCH)
-TOOLS_ARCH ?= native
+TOOLS_ARCH ?= $(if $(filter $(TARGET_CPU),$(shell uname -m)),native,$(ARCH))
 
 # The CLI and the tests link the static libraries, the upper layers first.
 LINK_ALL = $(BUILD)/libxent_cli.a $(BUILD)/libxent_tools.a $(BUILD)/libxent.a $(LDFLAGS) \
@@ -135,6 +138,9 @@ test-asan:
 setup:
 	@sh scripts/setup.sh
 
+setup-demo:
+	@sh scripts/setup.sh --demo
+
 # `make test` and `make demo` build where the kernels will run: with a GPU
 # (and nvcc), the full build in $(BUILD); without one, the CPU-only build in
 # $(BUILD)/cpu (no CUDA compile). The CUDA part is then compiled by the
@@ -151,7 +157,7 @@ test: setup
 
 # The main job: the dead-zone table, then the layer-by-layer audit of the
 # default model (fetched on first use) with the default precision variants.
-demo: setup
+demo: setup-demo
 	@echo "demo: building the CLI in $(RUN_BUILD)$(if $(RUN_CUDA), (with CUDA), (CPU only))"
 	@$(RUN_MAKE) -j$(JOBS) cli
 	$(RUN_BUILD)/xent sweep

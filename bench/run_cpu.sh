@@ -6,7 +6,10 @@
 # run (see `xent bench --help`), and the anchors: a plain vectorised fp32
 # kernel (bench/plain_ce.h, in the same run) and, when PyTorch is installed,
 # its CPU F.cross_entropy (fp32, bf16) and log_softmax + gather
-# (bench/torch_anchor.py), as fractions of the same floor. Extra arguments
+# (bench/torch_anchor.py), as fractions of the same floor, with the Python
+# xent call (xent.nn.functional.cross_entropy fwd+bwd, xent.logprobs) next to
+# them; the last lines are one Markdown table of every row (date, commit,
+# CPU, threads) for bench/RESULTS.md. Extra arguments
 # are passed to `xent bench` (e.g. --isa baseline|avx2|avx512).
 # Run it on an otherwise idle machine: the floor and the kernel share the
 # memory system and the cores with anything else that runs.
@@ -22,4 +25,4 @@ echo "== $(uname -m), $(getconf _NPROCESSORS_ONLN) cores, load: $(cut -d' ' -f1-
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 "$XENT" bench --T 2048 --V 128256 --threads 1,2 --reps 5 "$@" | tee "$out"
-"$PYTHON" "$(dirname "$0")/torch_anchor.py" "$out" 2048 128256 5 || echo "torch anchor: failed"
+BUILD="$BUILD" "$PYTHON" "$(dirname "$0")/torch_anchor.py" "$out" 2048 128256 5 || echo "torch anchor: failed"

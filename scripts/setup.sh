@@ -2,15 +2,24 @@
 # Installs what a fresh machine lacks to build and test xent:
 #   Debian packages listed in .ci/setup-packages.txt (one per line),
 #   Python packages listed in .ci/setup-pip.txt (one per line).
-# Idempotent and quiet when everything is present; `make demo` and
-# `make test` run it first. Set XENT_NO_SETUP=1 to skip it.
+# Idempotent and quiet when everything is present; `make test` runs it
+# first. `make demo` runs `setup.sh --demo`: only the Debian packages above
+# the line "# tests only" (what the CLI and the audit need), no Python
+# packages. Set XENT_NO_SETUP=1 to skip it.
 set -eu
 [ "${XENT_NO_SETUP:-0}" = 1 ] && exit 0
 cd "$(dirname "$0")/.."
+demo=0
+[ "${1:-}" = --demo ] && demo=1
 
 missing=""
 if [ -f .ci/setup-packages.txt ]; then
-    for p in $(grep -v '^#' .ci/setup-packages.txt); do
+    if [ $demo = 1 ]; then
+        pkgs=$(sed '/^# tests only/,$d' .ci/setup-packages.txt | grep -v '^#')
+    else
+        pkgs=$(grep -v '^#' .ci/setup-packages.txt)
+    fi
+    for p in $pkgs; do
         dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
     done
 fi
@@ -23,6 +32,7 @@ if [ -n "$missing" ]; then
 fi
 
 PY=${PYTHON:-python3}
+[ $demo = 1 ] && exit 0
 if [ -f .ci/setup-pip.txt ] && command -v "$PY" >/dev/null 2>&1; then
     pmissing=""
     for p in $(grep -v '^#' .ci/setup-pip.txt); do

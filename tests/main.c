@@ -127,12 +127,13 @@ int main(int argc, char **argv) {
     const char *env = getenv("XENT_TEST_SEED");
     g_run_seed = env ? strtoull(env, NULL, 0) : 0;
     int list = 0, nfilters = 0;
-    const char *filters[64];
+    const char *filters[1024];
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--seed") && i + 1 < argc) g_run_seed = strtoull(argv[++i], NULL, 0);
         else if (!strcmp(argv[i], "--list")) list = 1;
         else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { usage(argv[0]); return 0; }
-        else if (nfilters < 64) filters[nfilters++] = argv[i];
+        else if (nfilters < 1024) filters[nfilters++] = argv[i];
+        else { fprintf(stderr, "more than 1024 filters\n"); return 2; }
     }
     if (!env && g_run_seed == 0) {
         uint64_t x = (uint64_t)time(NULL);

@@ -295,6 +295,25 @@ static xent_model *tiny_model(int tied, int layers) {
     return m;
 }
 
+/* A byte-level BPE tokenizer of n tokens: "w<i>", except 3 = " <b>&",
+ * 4 = "\n", 5 = the lone byte 0xE2 (not UTF-8 by itself). */
+static xent_tokenizer *tiny_tok(int n) {
+    char *j = malloc((size_t)n * 32 + 256);
+    size_t k = (size_t)sprintf(j, "{\"model\": {\"type\": \"BPE\", \"merges\": [], \"vocab\": {");
+    for (int i = 0; i < n; i++) {
+        const char *sep = i ? ", " : "";
+        if (i == 3) k += (size_t)sprintf(j + k, "%s\"\\u0120<b>&\": %d", sep, i);
+        else if (i == 4) k += (size_t)sprintf(j + k, "%s\"\\u010a\": %d", sep, i);
+        else if (i == 5) k += (size_t)sprintf(j + k, "%s\"\\u00e2\": %d", sep, i);
+        else k += (size_t)sprintf(j + k, "%s\"w%d\": %d", sep, i, i);
+    }
+    k += (size_t)sprintf(j + k, "}}, \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}");
+    xent_tokenizer *t = NULL;
+    if (xent_tokenizer_from_json(j, k, "tiny tokenizer.json", &t)) t = NULL;
+    free(j);
+    return t;
+}
+
 static const xent_audit_metrics *metric(const xent_audit_result *r, int v, int e) {
     return &r->m[(size_t)v * (size_t)r->n_entries + (size_t)e];
 }
@@ -413,22 +432,92 @@ static void check_json(const char *path, const xent_audit_result *r) {
         CHECK(id == r->tokens[0], "first token %lld vs %d", (long long)id, r->tokens[0]);
         const xent_json_node *vs = xent_json_get(&j, &j.nodes[0], "variants");
         CHECK(vs && vs->count == r->variants.n, "variants");
+        const xent_json_node *tt = xent_json_get(&j, &j.nodes[0], "token_text");
+        CHECK(!r->token_text == !tt, "token_text present iff the model has a tokenizer");
+        if (tt && r->token_text) {
+            const xent_json_node *t0 = tt->count == r->batch ? &j.nodes[tt->first] : NULL;
+            CHECK(t0 && t0->count == r->seq_len, "token_text rows");
+        }
         xent_json_free(&j);
     }
     free(s);
 }
 
-static void check_html(const char *path) {
+static int count_in(const char *s, const char *end, const char *needle) {
+    int n = 0;
+    for (const char *p = s; (p = strstr(p, needle)) && (!end || p < end); p++) n++;
+    return n;
+}
+
+/* Rows of the table with class `cls` (the header row not counted). */
+static int table_rows(const char *s, const char *cls) {
+    char open[64];
+    snprintf(open, sizeof open, "<table class=%s>", cls);
+    const char *t = strstr(s, open);
+    const char *e = t ? strstr(t, "</table>") : NULL;
+    return t && e ? count_in(t, e, "<tr><td>") : -1;
+}
+
+/* The page a person reads: the verdict first (a sentence per variant), the
+ * definitions, two depth plots, one histogram per variant, the worst
+ * tensors and tokens, no scatter, no script, no link, no NaN. */
+static void check_html(const char *path, const xent_audit_result *r) {
     size_t len = 0;
     char *s = slurp(path, &len);
     CHECK(s != NULL, "html not written");
     if (!s) return;
-    int svgs = 0;
-    for (const char *p = s; (p = strstr(p, "<svg")); p++) svgs++;
-    CHECK(svgs == 4, "%d plots", svgs);
-    CHECK(!strstr(s, "nan") && !strstr(s, "inf'") && !strstr(s, "http:"),
-          "NaN or a link in the page");
+    int nv = r->variants.n - 1;
+    CHECK(count_in(s, NULL, "<svg class='depth'") == 2, "%d depth plots",
+          count_in(s, NULL, "<svg class='depth'"));
+    CHECK(count_in(s, NULL, "<svg class='hist'") == nv, "%d histograms for %d variants",
+          count_in(s, NULL, "<svg class='hist'"), nv);
+    CHECK(count_in(s, NULL, "<svg ") == 2 + nv + nv, "%d svg elements",
+          count_in(s, NULL, "<svg "));
+    CHECK(!strstr(s, "nan") && !strstr(s, "inf'") && !strstr(s, "http:") &&
+              !strstr(s, "<script") && !strstr(s, "src="), "NaN, a script or a link");
     CHECK(strstr(s, "</html>") != NULL, "page not closed");
+    const char *vd = strstr(s, "<h3 id=verdict>Verdict</h3>");
+    const char *df = strstr(s, "<h3>Definitions</h3>");
+    const char *pl = strstr(s, "<svg class='depth'");
+    CHECK(vd && df && pl && vd < df && df < pl, "verdict, definitions, then plots");
+    for (int v = 0; v < r->variants.n; v++) {
+        if (v == r->ref) continue;
+        char a[128], b[128];
+        snprintf(a, sizeof a, "<b>%s</b> is within the <b>", r->variants.v[v].name);
+        snprintf(b, sizeof b, "<b>%s</b> is <b>over every budget</b>", r->variants.v[v].name);
+        xent_audit_verdict vv;
+        xent__audit_verdict(r, v, &vv);
+        CHECK(strstr(s, vv.budget < XENT_AUDIT_N_BUDGETS ? a : b) != NULL,
+              "verdict sentence of %s", r->variants.v[v].name);
+        if (vv.budget < XENT_AUDIT_N_BUDGETS) {
+            snprintf(a, sizeof a, "<b>%s</b> budget (%s)",
+                     xent__audit_budgets[vv.budget].name, xent__audit_budgets[vv.budget].use);
+            CHECK(strstr(s, a) != NULL, "budget named: %s", a);
+        }
+        if (vv.fw_entry >= 0) {
+            snprintf(a, sizeof a, "<code>%s</code> (", r->entries[vv.fw_entry].name);
+            CHECK(strstr(s, a) != NULL && strstr(s, a) < df, "where the error enters: %s", a);
+        }
+    }
+    for (int b = 0; b < XENT_AUDIT_N_BUDGETS; b++) {
+        char a[96];
+        snprintf(a, sizeof a, "<td class='b%d'>%s</td>", b, xent__audit_budgets[b].name);
+        CHECK(strstr(s, a) && strstr(s, a) < df, "budget %s stated first", a);
+    }
+    CHECK(count_in(s, NULL, "<dt>") >= 8, "definitions");
+    CHECK(table_rows(s, "worst-tensors") == nv * 5, "worst tensors: %d rows",
+          table_rows(s, "worst-tensors"));
+    int want = 0; /* per variant: the 6 largest non-zero deltas, or fewer */
+    for (int v = 0; v < r->variants.n; v++) {
+        if (v == r->ref) continue;
+        int k = 0;
+        for (int64_t i = 0; i < r->n_targets; i++)
+            k += r->logprob[(size_t)v * (size_t)r->n_targets + (size_t)i] !=
+                 r->logprob[(size_t)r->ref * (size_t)r->n_targets + (size_t)i];
+        want += k < 6 ? k : 6;
+    }
+    CHECK(table_rows(s, "worst-tokens") == want, "worst tokens: %d rows, want %d",
+          table_rows(s, "worst-tokens"), want);
     free(s);
 }
 
@@ -436,6 +525,8 @@ TEST(audit_tiny_model_reports) {
     xent_model *m = tiny_model(1, 4);
     CHECK(m != NULL, "model: %s", xent_last_error());
     if (!m) return;
+    m->tok = tiny_tok((int)m->cfg.vocab);
+    CHECK(m->tok != NULL, "tokenizer: %s", xent_last_error());
     int64_t B = 1, S = 16;
     int32_t tok[16];
     xent__audit_random_tokens(7, m->cfg.vocab, 16, tok);
@@ -453,10 +544,39 @@ TEST(audit_tiny_model_reports) {
     CHECK(fj >= 0 && fh >= 0, "mkstemp");
     close(fj);
     close(fh);
+    CHECK(r.token_text != NULL, "the token texts");
+    for (int i = 0; i < 16; i++) {
+        char want[16];
+        const char *t = xent__audit_token_text(&r, i);
+        int id = r.tokens[i];
+        snprintf(want, sizeof want, "w%d", id);
+        CHECK(t && !strcmp(t, id == 3 ? " <b>&" : id == 4 ? "\n" : id == 5 ? "\xE2" : want),
+              "token %d (id %d): '%s'", i, id, t ? t : "(none)");
+    }
     CHECK(xent__audit_write_json(&r, jpath) == XENT_OK, "%s", xent_last_error());
     check_json(jpath, &r);
     CHECK(xent__audit_write_html(&r, hpath) == XENT_OK, "%s", xent_last_error());
-    check_html(hpath);
+    check_html(hpath, &r);
+    {
+        /* the worst token of bf16 is in its table with its text */
+        size_t hl;
+        char *h = slurp(hpath, &hl);
+        int64_t worst = 0;
+        double dmax = -1;
+        for (int64_t i = 0; i < r.n_targets; i++) {
+            double d = fabs((double)r.logprob[r.n_targets + i] - r.logprob[i]);
+            if (d > dmax) { dmax = d; worst = i; }
+        }
+        int id = r.tokens[worst + 1];
+        char cell[96];
+        snprintf(cell, sizeof cell, "<td><code class=tok>%s</code></td><td class=n>%d</td>",
+                 id == 3 ? " &lt;b&gt;&amp;" : id == 4 ? "\\n" : id == 5 ? "\\xE2" : "", id);
+        if (id < 3 || id > 5) snprintf(cell, sizeof cell, "<td><code class=tok>w%d</code></td>"
+                             "<td class=n>%d</td>", id, id);
+        const char *t = h ? strstr(h, "<table class=worst-tokens>") : NULL;
+        CHECK(t && strstr(t, cell), "worst token row: %s", cell);
+        free(h);
+    }
     xent_audit_summary s;
     xent__audit_summarize(&r, 0, &s);
     for (int k = 0; k < 5; k++) CHECK(s.fw[k] == 0 && s.bw[k] == 0, "ref row %d", k);
@@ -559,6 +679,8 @@ TEST(audit_cli_end_to_end) {
     free(j);
     char *h = read_in(dir, "a.html");
     CHECK(strstr(h, "<svg") && strstr(h, "</html>"), "html");
+    CHECK(!strstr(h, dir) && strstr(h, "model: tiny.gguf ("), "the page names the model "
+          "without its directory (%s)", dir);
     free(h);
     snprintf(args, sizeof args, "--model %s --seq-len 4 --variant fp32 "
              "--variant 'b:compute=bf16,ce=bf16_probs'", gguf);
@@ -735,5 +857,174 @@ TEST(audit_overflowing_loss_scale_is_reported) {
     fclose(f);
     CHECK(strstr(buf, "warning: variant over has") != NULL, "no warning");
     xent__audit_result_free(&r);
+    xent_model_free(m);
+}
+
+/* The verdict on hand-set errors: the budget is the tightest that holds all
+ * three figures; the error enters at the first tensor past half the last
+ * one, forward and backward; a non-finite value meets no budget. */
+TEST(audit_verdict_budgets_and_entry) {
+    xent_audit_result r;
+    memset(&r, 0, sizeof r);
+    enum { NE = 11 };
+    CHECK(xent__audit_result_alloc(&r, 2, NE, 4, 5) == XENT_OK, "alloc");
+    xent__audit_default_variants(&r.variants);
+    r.variants.n = 2;
+    r.ref = 0;
+    r.n_layers = 3;
+    static const struct { const char *n; xent_audit_role role; int layer; double rel; }
+    ent[NE] = {
+        {"embed.out", XA_OTHER, -1, 0.0005}, {"layers.0.out", XA_FW_LAYER, 0, 0.004},
+        {"layers.1.out", XA_FW_LAYER, 1, 0.011}, {"layers.2.out", XA_FW_LAYER, 2, 0.015},
+        {"final_norm.out", XA_OTHER, -1, 0.016}, {"logits", XA_LOGITS, -1, 0.02},
+        {"chosen_logprob", XA_LOGPROB, -1, 0.01}, {"dlogits", XA_DLOGITS, -1, 0.001},
+        {"layers.2.in_grad", XA_BW_LAYER, 2, 0.06}, {"layers.1.in_grad", XA_BW_LAYER, 1, 0.1},
+        {"grad.w", XA_G_LINEAR, 0, 0.05},
+    };
+    for (int e = 0; e < NE; e++) {
+        snprintf(r.entries[e].name, sizeof r.entries[e].name, "%s", ent[e].n);
+        r.entries[e].role = ent[e].role;
+        r.entries[e].layer = ent[e].layer;
+        xent_audit_metrics *m0 = &r.m[e], *m1 = &r.m[NE + e];
+        memset(m0, 0, sizeof *m0);
+        m0->n = m1->n = 8;
+        m0->corr = m0->slope = 1;
+        m1->rms_rel = ent[e].rel;
+        m1->rms_abs = ent[e].rel * 4; /* log p: 0.04 nats */
+    }
+    xent_audit_verdict vd;
+    xent__audit_verdict(&r, 1, &vd);
+    /* logits 2% (training: <= 3), log p 0.04 nats (<= 0.1), gradient 5% (<= 10) */
+    CHECK(fabs(vd.logits_pct - 2) < 1e-12 && fabs(vd.logprob - 0.04) < 1e-12 &&
+              fabs(vd.grad_pct - 5) < 1e-12 && vd.budget == 1, "figures %g %g %g budget %d",
+          vd.logits_pct, vd.logprob, vd.grad_pct, vd.budget);
+    CHECK(vd.fw_entry == 2 && vd.bw_entry == 8, "entries %d %d (want layers.1.out, "
+          "layers.2.in_grad)", vd.fw_entry, vd.bw_entry);
+    CHECK(fabs(vd.fw_final_pct - 2) < 1e-12 && fabs(vd.bw_final_pct - 10) < 1e-12,
+          "finals %g %g", vd.fw_final_pct, vd.bw_final_pct);
+    r.m[NE + 10].rms_rel = 0.2; /* gradient 20%: only loose */
+    xent__audit_verdict(&r, 1, &vd);
+    CHECK(vd.budget == 2, "loose: %d", vd.budget);
+    r.m[NE + 5].rms_rel = 0.004; /* logits 0.4%, log p 0.005, gradient 0.5% */
+    r.m[NE + 10].rms_rel = 0.005;
+    r.m[NE + 6].rms_abs = 0.005;
+    xent__audit_verdict(&r, 1, &vd);
+    CHECK(vd.budget == 0, "tight: %d", vd.budget);
+    r.m[NE + 9].n_nonfinite = 1;
+    xent__audit_verdict(&r, 1, &vd);
+    CHECK(vd.budget == XENT_AUDIT_N_BUDGETS, "non-finite: %d", vd.budget);
+    xent__audit_verdict(&r, 0, &vd);
+    CHECK(vd.fw_entry == -1 && vd.bw_entry == -1, "the reference has no error to enter");
+    xa_table t; /* logits now 0.4%: layers.0.out (0.4%) is past half of it */
+    xa_build_verdict(&t, &r);
+    CHECK(!strcmp(t.cell[0][4], "reference") && !strcmp(t.cell[1][4], "over every budget") &&
+              !strcmp(t.cell[1][5], "layers.0.out"), "console verdict '%s' '%s' '%s'",
+          t.cell[0][4], t.cell[1][4], t.cell[1][5]);
+    xent__audit_result_free(&r);
+}
+
+/* Token texts in the page: escaped, control characters and stray bytes
+ * shown as \n and \xNN, the context before the target; in the JSON the
+ * stray byte is U+FFFD. No directory of a path reaches the page. */
+TEST(audit_report_token_text_and_paths) {
+    xent_audit_result r;
+    memset(&r, 0, sizeof r);
+    int64_t nt = 6, nk = 7;
+    CHECK(xent__audit_result_alloc(&r, 2, 1, nt, nk) == XENT_OK, "alloc");
+    xent__audit_default_variants(&r.variants);
+    r.variants.n = 2;
+    r.ref = 0;
+    r.batch = 1;
+    r.seq_len = 7;
+    r.n_layers = 1;
+    snprintf(r.model, sizeof r.model, "/home/someone/models/tiny.gguf (gguf F32)");
+    snprintf(r.input, sizeof r.input, "text /data/texts/a.txt");
+    r.entries[0].role = XA_LOGPROB;
+    r.entries[0].layer = -1;
+    snprintf(r.entries[0].name, sizeof r.entries[0].name, "chosen_logprob");
+    static const int32_t ids[7] = {0, 3, 4, 5, 6, 1, 2};
+    memcpy(r.tokens, ids, sizeof ids);
+    float ref[6] = {-1, -2, -3, -4, -5, -6}, var[6] = {-1, -2.5f, -3.25f, -4.125f, -5, -6};
+    memcpy(r.logprob, ref, sizeof ref);
+    memcpy(r.logprob + nt, var, sizeof var);
+    xent__audit_metrics(ref, ref, nt, &r.m[0]);
+    xent__audit_metrics(var, ref, nt, &r.m[1]);
+    xent_tokenizer *tk = tiny_tok(16);
+    CHECK(tk && xent__audit_result_token_text(&r, tk) == XENT_OK, "texts: %s", xent_last_error());
+    xent_tokenizer_free(tk);
+    char hpath[] = "/tmp/xent_audit_tokhXXXXXX", jpath[] = "/tmp/xent_audit_tokjXXXXXX";
+    int fh = mkstemp(hpath), fj = mkstemp(jpath);
+    close(fh);
+    close(fj);
+    CHECK(xent__audit_write_html(&r, hpath) == XENT_OK, "%s", xent_last_error());
+    size_t len = 0;
+    char *s = slurp(hpath, &len);
+    CHECK(s && table_rows(s, "worst-tokens") == 3, "3 tokens moved: %d rows",
+          s ? table_rows(s, "worst-tokens") : -1);
+    /* the worst: target 1 (token 4, "\n", after " <b>&"), then 0xE2, then w6 */
+    const char *t = s ? strstr(s, "<table class=worst-tokens>") : NULL;
+    const char *r1 = t ? strstr(t, "<td class=ctx><code class=tok>w0</code><code class=tok> "
+                                   "&lt;b&gt;&amp;</code></td><td><code class=tok>\\n</code>")
+                       : NULL;
+    const char *r2 = t ? strstr(t, "<code class=tok>\\xE2</code></td><td class=n>5</td>") : NULL;
+    const char *r3 = t ? strstr(t, "<code class=tok>w6</code></td><td class=n>6</td>") : NULL;
+    CHECK(r1 && r2 && r3 && r1 < r2 && r2 < r3, "rows in order with their text");
+    CHECK(s && strstr(s, "model: tiny.gguf (gguf F32); input: text a.txt;") &&
+              !strstr(s, "/home") && !strstr(s, "/data"), "paths without directories");
+    free(s);
+    CHECK(xent__audit_write_json(&r, jpath) == XENT_OK, "%s", xent_last_error());
+    s = slurp(jpath, &len);
+    xent_json j;
+    CHECK(s && xent_json_parse(s, len, jpath, &j) == XENT_OK, "json: %s", xent_last_error());
+    if (s) xent_json_free(&j);
+    CHECK(s && strstr(s, "\"token_text\": [\n    [\"w0\", \" <b>&\", \"\\n\", \"\\ufffd\", \"w6\""),
+          "json token_text: %.200s", s && strstr(s, "\"token_text\"") ? strstr(s, "\"token_text\"") : "(none)");
+    free(s);
+    unlink(hpath);
+    unlink(jpath);
+    xent__audit_result_free(&r);
+}
+
+/* Per-layer progress: with an engine that reports its layers, on_layer sees
+ * every run's forward 0..L-1 then its backward L-1..0 (a run that reuses the
+ * previous forward: the backward only), variants in run order; without
+ * one it is never called. */
+typedef struct { int n, bad, last_variant; int seq[64]; } layer_log;
+
+static void log_layer(void *ctx, int variant, int layer, int n_layers, int backward) {
+    layer_log *g = ctx;
+    if (n_layers != 3 || layer < 0 || layer >= 3) g->bad++;
+    if (g->n < 64) g->seq[g->n] = variant * 100 + backward * 10 + layer;
+    g->n++;
+    g->last_variant = variant;
+}
+
+TEST(audit_progress_per_layer) {
+    xent_model *m = tiny_model(0, 3);
+    if (!m) { CHECK(0, "model"); return; }
+    int32_t tok[12];
+    xent__audit_random_tokens(5, m->cfg.vocab, 12, tok);
+    xent_audit_variants l = {.n = 0};
+    add(&l, "bf16");
+    add(&l, "fp32");
+    add(&l, "fp16");
+    xent_audit_opts o;
+    xent__audit_opts_init(&o);
+    o.progress = 0;
+    layer_log g = {0, 0, -1, {0}};
+    o.on_layer = log_layer;
+    o.on_layer_ctx = &g;
+    xent_audit_result r;
+    xent_status st = xent__audit_run(m, tok, 1, 12, &l, &o, &r);
+    CHECK(st == XENT_OK, "run: %s", xent_last_error());
+    {
+        /* reference (index 1) first, then bf16 (0), then fp16 (2) */
+        static const int want[18] = {100, 101, 102, 112, 111, 110, 0, 1, 2, 12, 11, 10,
+                                     200, 201, 202, 212, 211, 210};
+        CHECK(g.n == 18 && !g.bad, "%d calls, %d bad", g.n, g.bad);
+        for (int i = 0; i < 18 && i < g.n; i++)
+            CHECK(g.seq[i] == want[i], "call %d: %d, want %d", i, g.seq[i], want[i]);
+    }
+    if (!st) xent__audit_result_free(&r);
     xent_model_free(m);
 }

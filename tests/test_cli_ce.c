@@ -225,3 +225,55 @@ TEST(cli_ce_exit_codes_and_help) {
     xent_tensor_free(&ts[1]);
     cleanup(dir);
 }
+
+/* `xent logprobs`: every output bitwise equal to xent_sampler_logprobs with
+ * the same options, and the summary line's counts. */
+TEST(cli_logprobs_matches_library_bitwise) {
+    if (!xt_xent_bin()) { xt_skip("build/xent not built"); return; }
+    const struct { xent_dtype dt; int ndim; const char *ext, *flags; double temp, top_p, min_p; int64_t k; } cases[] = {
+        {XENT_F32, 2, ".safetensors", "--top-p 0.8 --temperature 0.7", 0.7, 0.8, 0, 0},
+        {XENT_BF16, 3, ".npy", "--top-k 4 --min-p 0.02 --top-p 0.95 --threads 2", 1, 0.95, 0.02, 4},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        char dir[64] = "/tmp/xent_cli_XXXXXX", in[256], out[256], args[2048];
+        CHECK(mkdtemp(dir) != NULL, "mkdtemp");
+        int64_t T = 10, V = 37;
+        xent_tensor ts[2];
+        make_inputs(&ts[0], &ts[1], cases[c].dt, cases[c].ndim, T, V);
+        snprintf(in, sizeof in, "%s/in.safetensors", dir);
+        snprintf(out, sizeof out, "%s/out%s", dir, cases[c].ext);
+        CHECK(xent_tensors_save(in, ts, 2) == XENT_OK, "save: %s", xent_last_error());
+        snprintf(args, sizeof args, "logprobs --logits '%s:logits' --labels '%s:labels' --out '%s' %s", in, in,
+                 out, cases[c].flags);
+        int rc = run_xent(dir, args);
+        char *err = slurp(dir, "stderr"), *so = slurp(dir, "stdout");
+        CHECK(rc == 0, "xent %s: exit %d: %s", args, rc, err);
+        xent_sampler_opts o;
+        xent_sampler_opts_init(&o);
+        o.temperature = cases[c].temp;
+        o.top_p = cases[c].top_p;
+        o.min_p = cases[c].min_p;
+        o.top_k = cases[c].k;
+        float lp[10], full[10], lkm[10], ent[10];
+        int64_t kept[10], counted = 0, dropped = 0, amb = 0, nonfin = 0;
+        int32_t flags[10];
+        xent_ce_input ci = {ts[0].data, cases[c].dt, T, V, 0, ts[1].data, XENT_I64, NULL};
+        xent_sampler_output so2 = {lp, full, kept, lkm, ent, flags, &counted, &dropped, &amb, &nonfin};
+        CHECK(xent_sampler_logprobs(&ci, &o, &so2) == XENT_OK, "%s", xent_last_error());
+        expect_tensor(out, "logprob", lp, sizeof lp, XENT_F32);
+        expect_tensor(out, "logprob_full", full, sizeof full, XENT_F32);
+        expect_tensor(out, "kept", kept, sizeof kept, XENT_I64);
+        expect_tensor(out, "log_kept_mass", lkm, sizeof lkm, XENT_F32);
+        expect_tensor(out, "entropy", ent, sizeof ent, XENT_F32);
+        expect_tensor(out, "flags", flags, sizeof flags, XENT_I32);
+        char want[128];
+        snprintf(want, sizeof want, "counted=%lld dropped=%lld ambiguous=%lld nonfinite=0", (long long)counted,
+                 (long long)dropped, (long long)amb);
+        CHECK(strstr(so, want) != NULL, "summary '%s' lacks '%s'", so, want);
+        free(err);
+        free(so);
+        xent_tensor_free(&ts[0]);
+        xent_tensor_free(&ts[1]);
+        cleanup(dir);
+    }
+}

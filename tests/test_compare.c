@@ -862,3 +862,219 @@ TEST(compare_cli_binary) {
     CHECK(h && strstr(h, "a&lt;&amp;&gt;.txt") && !strstr(h, "a<&>"), "name not escaped");
     free(h);
 }
+
+/* ---- JSON Lines keys (--key-a/--key-b) and the per-line mask ------------- */
+
+static xent_status parse_keys(const char *s, const char *lp, const char *lp_flag,
+                              const char *mask, xent__cmp_series *x) {
+    xent__cmp_keys k = {lp, lp_flag, mask, mask ? "--key-mask" : NULL};
+    return xent__cmp_parse_json_keys("t.jsonl", s, strlen(s), 1, &k, x);
+}
+
+/* One hostile line: the status, and every piece of want in the message. */
+static void keys_fail(const char *s, const char *lp, const char *mask, xent_status want_st,
+                      const char *w1, const char *w2, const char *w3, int line) {
+    xent__cmp_series x;
+    xent_status st = parse_keys(s, lp, lp ? "--key-a" : NULL, mask, &x);
+    const char *e = xent_last_error();
+    if (st != want_st || (w1 && !strstr(e, w1)) || (w2 && !strstr(e, w2)) || (w3 && !strstr(e, w3)))
+        xt_fail_at(__FILE__, line, "status %d (want %d), message '%s', wanted '%s' '%s' '%s' for %s",
+                   (int)st, (int)want_st, e, w1 ? w1 : "", w2 ? w2 : "", w3 ? w3 : "", s);
+    xent__cmp_series_free(&x);
+}
+#define KEYS_FAIL(s, lp, mask, st, w1, w2, w3) keys_fail(s, lp, mask, st, w1, w2, w3, __LINE__)
+
+TEST(compare_jsonl_keys_and_mask_reader) {
+    /* the key picks the array; the others are skipped; mask 0/1/true/false */
+    const char *two =
+        "{\"tokens\": [5, 6, 7], \"logprobs\": [-1, -2, -3], \"old_log_probs\": [-1.5, -2.5, -3.5], "
+        "\"mask\": [0, 1, true], \"prompt_len\": 1}\n"
+        "{\"tokens\": [8, 9], \"logprobs\": [-4, -5], \"old_log_probs\": [-4.5, -5.5], "
+        "\"mask\": [false, 1], \"prompt_len\": 0}\n";
+    xent__cmp_series x;
+    CHECK(parse_keys(two, "old_log_probs", "--key-a", NULL, &x) == XENT_OK, "%s", xent_last_error());
+    CHECK(x.n == 5 && x.lp[0] == -1.5 && x.lp[4] == -5.5 && x.nseq == 2, "old_log_probs read");
+    static const uint8_t want_m[5] = {0, 1, 1, 0, 1}, want_p[5] = {0, 1, 1, 1, 1};
+    CHECK(x.lmask && x.nlmask == 5 && !memcmp(x.lmask, want_m, 5), "per-line mask read");
+    CHECK(x.mask && !memcmp(x.mask, want_p, 5), "prompt_len mask kept apart from \"mask\"");
+    xent__cmp_series_free(&x);
+    CHECK(parse_keys(two, NULL, NULL, NULL, &x) == XENT_OK && x.lp[0] == -1 && x.lmask,
+          "default keys: logprobs and mask: %s", xent_last_error());
+    xent__cmp_series_free(&x);
+    /* another mask key: "mask" is then an ordinary, skipped member */
+    const char *lm = "{\"logprobs\": [-1, -2], \"loss_mask\": [1, 0], \"mask\": \"anything\"}\n";
+    CHECK(parse_keys(lm, NULL, NULL, "loss_mask", &x) == XENT_OK && x.lmask && x.lmask[0] == 1 &&
+          x.lmask[1] == 0, "--key-mask loss_mask: %s", xent_last_error());
+    xent__cmp_series_free(&x);
+    CHECK(parse_keys("{\"logprobs\": [-1]}\n", NULL, NULL, NULL, &x) == XENT_OK && !x.lmask,
+          "no mask: lmask NULL");
+    xent__cmp_series_free(&x);
+    /* a key of XENT__CMP_KEY_MAX bytes matches; a longer one in the file does not */
+    char key[XENT__CMP_KEY_MAX + 2], doc[700];
+    memset(key, 'k', XENT__CMP_KEY_MAX);
+    key[XENT__CMP_KEY_MAX] = 0;
+    snprintf(doc, sizeof doc, "{\"%s\": [-0.5]}\n", key);
+    CHECK(parse_keys(doc, key, "--key-a", NULL, &x) == XENT_OK && x.lp[0] == -0.5, "256-byte key: %s",
+          xent_last_error());
+    xent__cmp_series_free(&x);
+    snprintf(doc, sizeof doc, "{\"%sk\": [-0.5]}\n", key);
+    KEYS_FAIL(doc, key, NULL, XENT_ERR_FORMAT, "--key-a", "has no", NULL);
+
+    /* hostile: a missing key names the flag, the key, the file and line, and the keys there */
+    KEYS_FAIL("{\"logprobs\": [-1]}\n{\"logprobs\": [-1], \"rollout_log_probs\": [-2]}\n",
+              "rollout_log_probs", NULL, XENT_ERR_FORMAT, "t.jsonl:1: --key-a rollout_log_probs",
+              "no \"rollout_log_probs\"", "its keys: \"logprobs\"");
+    KEYS_FAIL("{\"old_log_probs\": [-1]}\n{\"logprobs\": [-1]}\n", "old_log_probs", NULL,
+              XENT_ERR_FORMAT, "t.jsonl:2:", "--key-a old_log_probs", NULL);
+    KEYS_FAIL("{\"x\": [-1]}\n", NULL, NULL, XENT_ERR_FORMAT, "t.jsonl:1: object has no \"logprobs\"",
+              NULL, NULL);
+    KEYS_FAIL("{\"old\": {\"a\": 1}}\n", "old", NULL, XENT_ERR_FORMAT, "\"old\" (--key-a) must be an array",
+              NULL, NULL);
+    KEYS_FAIL("{\"old\": [-1], \"old\": [-2]}\n", "old", NULL, XENT_ERR_FORMAT,
+              "duplicate key \"old\" (--key-a)", NULL, NULL);
+    /* hostile masks: wrong length, non-0/1 values, wrong types, on some lines only */
+    KEYS_FAIL("{\"logprobs\": [-1, -2], \"mask\": [1]}\n", NULL, NULL, XENT_ERR_SHAPE,
+              "t.jsonl:1: \"mask\" has 1 entries but \"logprobs\" has 2", NULL, NULL);
+    KEYS_FAIL("{\"logprobs\": [-1], \"mask\": [1, 0]}\n", NULL, NULL, XENT_ERR_SHAPE, "\"mask\" has 2", NULL,
+              NULL);
+    KEYS_FAIL("{\"old\": [-1, -2], \"m\": [1, 1, 1]}\n", "old", "m", XENT_ERR_SHAPE,
+              "\"m\" (--key-mask) has 3 entries but \"old\" has 2", NULL, NULL);
+    KEYS_FAIL("{\"logprobs\": [-1, -2], \"mask\": [1, 2]}\n", NULL, NULL, XENT_ERR_FORMAT,
+              "\"mask\"[1] = 2 is not 0 or 1", "t.jsonl:1:", NULL);
+    KEYS_FAIL("{\"logprobs\": [-1, -2], \"mask\": [0.5, 1]}\n", NULL, NULL, XENT_ERR_FORMAT,
+              "\"mask\"[0] = 0.5 is not 0 or 1", NULL, NULL);
+    KEYS_FAIL("{\"logprobs\": [-1, -2], \"mask\": [1, -1]}\n", NULL, NULL, XENT_ERR_FORMAT,
+              "\"mask\"[1] = -1 is not 0 or 1", NULL, NULL);
+    KEYS_FAIL("{\"logprobs\": [-1, -2], \"mask\": [1.0, 1]}\n", NULL, NULL, XENT_ERR_FORMAT,
+              "\"mask\"[0] = 1.0 is not 0 or 1", NULL, NULL);
+    KEYS_FAIL("{\"logprobs\": [-1], \"mask\": [null]}\n", NULL, NULL, XENT_ERR_FORMAT,
+              "\"mask\" must be an array of 0 and 1", NULL, NULL);
+    KEYS_FAIL("{\"logprobs\": [-1], \"mask\": [\"1\"]}\n", NULL, NULL, XENT_ERR_FORMAT,
+              "must be an array of 0 and 1", NULL, NULL);
+    KEYS_FAIL("{\"logprobs\": [-1], \"mask\": [[1]]}\n", NULL, NULL, XENT_ERR_FORMAT,
+              "must be an array of 0 and 1", NULL, NULL);
+    KEYS_FAIL("{\"logprobs\": [-1], \"mask\": 1}\n", NULL, NULL, XENT_ERR_FORMAT,
+              "must be an array of 0 and 1", NULL, NULL);
+    KEYS_FAIL("{\"logprobs\": [-1], \"m\": [3]}\n", NULL, "m", XENT_ERR_FORMAT,
+              "\"m\"[0] = 3 is not 0 or 1 (--key-mask)", NULL, NULL);
+    KEYS_FAIL("{\"logprobs\": [-1], \"mask\": [1]}\n{\"logprobs\": [-1]}\n", NULL, NULL, XENT_ERR_FORMAT,
+              "t.jsonl:2: \"mask\" must be on every line or on none", NULL, NULL);
+    KEYS_FAIL("{\"logprobs\": [-1], \"mask\": [1], \"mask\": [1]}\n", NULL, NULL, XENT_ERR_FORMAT,
+              "duplicate key \"mask\"", NULL, NULL);
+    KEYS_FAIL("{\"logprobs\": [-1], \"mask\": [1,]}\n", NULL, NULL, XENT_ERR_FORMAT, "t.jsonl:1:", NULL, NULL);
+    /* every prefix of a line with a mask parses or fails cleanly (ASan build: no overread) */
+    const char *src = "{\"logprobs\": [-1, -2, -3], \"mask\": [1, 0, true], \"prompt_len\": 1}\n";
+    size_t n = strlen(src);
+    for (size_t k = 0; k <= n; k++) {
+        char *exact = malloc(k + 1);
+        memcpy(exact, src, k);
+        exact[k] = 0;
+        xent__cmp_keys kk = {NULL, NULL, NULL, NULL};
+        xent_status st = xent__cmp_parse_json_keys("t", exact, k, 1, &kk, &x);
+        if (st == XENT_OK) CHECK(x.lmask && x.nlmask == 3, "prefix %zu: mask", k);
+        xent__cmp_series_free(&x);
+        free(exact);
+    }
+}
+
+/* A mean delta from the --json report ("mean": X after "\"delta\""). */
+static double json_mean_delta(const char *path, long long *used) {
+    char *s = read_all(path);
+    double v = NAN;
+    *used = -1;
+    const char *u = s ? strstr(s, "\"used\": ") : NULL;
+    if (u) *used = strtoll(u + 8, NULL, 10);
+    const char *dl = u ? strstr(u, "\"delta\": {") : NULL;
+    const char *m = dl ? strstr(dl, "\"mean\": ") : NULL;
+    if (m) v = strtod(m + 8, NULL);
+    free(s);
+    return v;
+}
+
+TEST(compare_jsonl_keys_and_mask_run) {
+    /* A: a TRL/verl-like record with two arrays and a loss mask; B: a plain
+     * dump (prompt_len only). Selected: i >= prompt_len and mask 1.
+     *   seq 0: old   [-1, -2, -3, -4], rollout [-1, -2.5, -3, -3], plen 1, mask [1, 1, 0, 1]
+     *   seq 1: old   [-1, -1],          rollout [-2, -0.5],         plen 0, mask [1, 1]
+     * B = rollout; A = old: delta on selected {1, 3 | 0, 1} = [0.5, -1, 1, -0.5]: mean 0. */
+    CHECK(write_str(tmp("k_a.jsonl"),
+                    "{\"tokens\": [1, 2, 3, 4], \"old_log_probs\": [-1, -2, -3, -4], "
+                    "\"rollout_log_probs\": [-1, -2.5, -3, -3], \"mask\": [1, 1, 0, 1], \"prompt_len\": 1}\n"
+                    "{\"tokens\": [5, 6], \"old_log_probs\": [-1, -1], \"rollout_log_probs\": [-2, -0.5], "
+                    "\"mask\": [1, 1], \"prompt_len\": 0}\n"), "write");
+    CHECK(write_str(tmp("k_b.jsonl"),
+                    "{\"tokens\": [1, 2, 3, 4], \"logprobs\": [null, -2.5, NaN, -3], \"prompt_len\": 1}\n"
+                    "{\"tokens\": [5, 6], \"logprobs\": [-2, -0.5], \"prompt_len\": 0}\n"), "write");
+    xent__cmp_cfg c = cfg_default(tmp("k_a.jsonl"), tmp("k_b.jsonl"));
+    c.key_a = "old_log_probs";
+    c.json = tmp("k.json");
+    c.opts.bootstrap = 0;
+    CHECK(xent__cmp_run(&c) == 0, "run: %s", xent_last_error());
+    long long used;
+    double mean = json_mean_delta(tmp("k.json"), &used);
+    CHECK(used == 4 && fabs(mean) < 1e-15, "A's mask and B's prompt_len: used %lld, mean %g", used, mean);
+    /* the same file on both sides, two keys */
+    c = cfg_default(tmp("k_a.jsonl"), tmp("k_a.jsonl"));
+    c.key_a = "old_log_probs";
+    c.key_b = "rollout_log_probs";
+    c.json = tmp("k2.json");
+    c.opts.bootstrap = 0;
+    CHECK(xent__cmp_run(&c) == 0, "run: %s", xent_last_error());
+    mean = json_mean_delta(tmp("k2.json"), &used);
+    CHECK(used == 4 && fabs(mean) < 1e-15, "one file, --key-a/--key-b: used %lld, mean %g", used, mean);
+    /* without the mask, B's NaN at index 2 is selected and refused */
+    CHECK(write_str(tmp("k_a2.jsonl"),
+                    "{\"tokens\": [1, 2, 3, 4], \"old_log_probs\": [-1, -2, -3, -4], \"prompt_len\": 1}\n"
+                    "{\"tokens\": [5, 6], \"old_log_probs\": [-1, -1], \"prompt_len\": 0}\n"), "write");
+    c = cfg_default(tmp("k_a2.jsonl"), tmp("k_b.jsonl"));
+    c.key_a = "old_log_probs";
+    c.opts.bootstrap = 0;
+    CHECK(xent__cmp_run(&c) == 1, "the NaN outside any mask is refused");
+    /* a missing key through the whole run: the flag, the key, the file and line */
+    c = cfg_default(tmp("k_a.jsonl"), tmp("k_b.jsonl"));
+    c.key_a = "old_log_probs";
+    c.key_b = "rollout_log_probs";
+    run_fails(&c, "k_b.jsonl:1: --key-b rollout_log_probs: the object has no \"rollout_log_probs\"",
+              __LINE__);
+    /* a mask that selects nothing */
+    CHECK(write_str(tmp("k_z.jsonl"), "{\"logprobs\": [-1, -2], \"mask\": [0, 0]}\n"), "write");
+    CHECK(write_str(tmp("k_z2.jsonl"), "{\"logprobs\": [-1, -3]}\n"), "write");
+    c = cfg_default(tmp("k_z.jsonl"), tmp("k_z2.jsonl"));
+    CHECK(xent__cmp_run(&c) == 1, "an all-zero mask: nothing to compare, exit 1");
+}
+
+TEST(compare_jsonl_keys_cli) {
+    const char *exe = xt_xent_bin();
+    if (!exe) { xt_skip("xent binary not built"); return; }
+    static char out[1 << 16];
+    char cmd[8192];
+    CHECK(write_str(tmp("kc_a.jsonl"),
+                    "{\"logprobs\": [-1, -2], \"processed_logprobs\": [-0.5, -1.5], \"mask\": [1, 1]}\n"), "write");
+    CHECK(write_str(tmp("kc_b.txt"), "-1\n-2\n"), "write");
+    struct { const char *args; int rc; const char *want; } cases[] = {
+        {"--key-a processed_logprobs", 0, "delta = A - B"},
+        {"--key-a nope", 1, "kc_a.jsonl:1: --key-a nope: the object has no \"nope\" (its keys: \"logprobs\", "
+                            "\"processed_logprobs\", \"mask\")"},
+        {"--key-b logprobs", 2, "--key-b 'logprobs' names a JSON Lines key, but B ("},
+        {"--key-a tokens", 2, "--key-a 'tokens': that key has its own meaning"},
+        {"--key-a mask", 2, "--key-a 'mask' is the mask's key (--key-mask)"},
+        {"--key-mask logprobs", 2, "--key-mask 'logprobs' is a log-prob key"},
+        {"--key-a ''", 2, "--key-a expects a non-empty value"},
+        {"--key-a=kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk"
+         "kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk"
+         "kkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkkk", 2, "--key-a expects a JSON key"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        snprintf(cmd, sizeof cmd, "%s compare %s %s --bootstrap 0 %s 2>&1", exe, tmp("kc_a.jsonl"),
+                 tmp("kc_b.txt"), cases[i].args);
+        int rc = sh(cmd, out, sizeof out);
+        CHECK(rc == cases[i].rc && strstr(out, cases[i].want), "%s: exit %d (want %d): %.600s", cases[i].args,
+              rc, cases[i].rc, out);
+    }
+    snprintf(cmd, sizeof cmd, "%s compare %s %s --key-mask m 2>&1", exe, tmp("kc_b.txt"), tmp("kc_b.txt"));
+    CHECK(sh(cmd, out, sizeof out) == 2 && strstr(out, "--key-mask 'm' names a JSON Lines key, but no input"),
+          "--key-mask with no JSON input: %s", out);
+    snprintf(cmd, sizeof cmd, "%s compare --help 2>&1", exe);
+    CHECK(sh(cmd, out, sizeof out) == 0 && strstr(out, "--key-a NAME") && strstr(out, "--key-b NAME") &&
+          strstr(out, "--key-mask NAME"), "--help lists the key flags");
+}

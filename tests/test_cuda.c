@@ -13,6 +13,7 @@
 #include "harness.h"
 #include "xent.h"
 
+#include <float.h>
 #include <stdlib.h>
 
 #ifdef XENT_WITH_CUDA
@@ -1536,6 +1537,102 @@ TEST(cuda_nonfinite_rows) {
     free_outs(&co);
     free_outs(&go);
     free_inputs(&in);
+}
+
+/* Logits up to the largest finite value of each dtype (issue 42's contract
+ * at every magnitude): rows of kind t % 8 at scale s, as the CPU's
+ * ce_huge_logits_vs_oracle builds them (test_ce.c: all equal +-s, +s plus a
+ * few ulps, half +-s, the target at -s or +s, subnormal differences, a few
+ * columns at +s), through the on-chip (V = 257) and the streaming kernel
+ * (V = 40000), every gradient dtype; the GPU against the CPU, which the
+ * oracle test holds to 1 ulp, within this file's tolerances. */
+static float huge_value(xt_rng_t *r, int k, double s, double tiny) {
+    switch (k) {
+    case 0: return (float)s;
+    case 1: return (float)-s;
+    case 2: return (float)(s * (1.0 - (double)xt_randint(r, 4) * 0x1p-7));
+    case 3: return xt_randint(r, 2) ? (float)(xt_randint(r, 2) ? s : -s) : (float)(2 * xt_normal(r));
+    case 6: return (float)(tiny * (double)xt_randint(r, 5));
+    case 7: return xt_randint(r, 8) == 0 ? (float)s : (float)(2 * xt_normal(r));
+    default: return (float)(2 * xt_normal(r));
+    }
+}
+
+static void huge_rows(const ccase *c, cinputs *in, double s) {
+    xt_rng_t *r = xt_rng();
+    const double mx = c->dt == XENT_F32 ? FLT_MAX : c->dt == XENT_BF16 ? 0x1.FEp127 : 65504.0;
+    const double tiny = c->dt == XENT_F32 ? 0x1p-149 : c->dt == XENT_BF16 ? 0x1p-133 : 0x1p-24;
+    if (s > mx) s = mx;
+    for (int64_t t = 0; t < c->T; t++) {
+        const int k = (int)(t % 8);
+        const int64_t tl = in->lab64[t];
+        for (int64_t j = 0; j < c->ld; j++) {
+            float f = huge_value(r, k, s, tiny);
+            if (j == tl && k == 4) f = (float)-s;
+            if ((j == tl && k == 5) || (k == 7 && j == (tl + 1) % c->V)) f = (float)s;
+            const size_t i = (size_t)(t * c->ld + j);
+            if (c->dt == XENT_F32) {
+                ((float *)in->logits)[i] = f;
+            } else {
+                uint16_t h = to_dt16(f, c->dt);
+                if (h == 0x7F80 || h == 0xFF80 || h == 0x7C00 || h == 0xFC00) /* rounded past max */
+                    h = to_dt16((float)(f > 0 ? mx : -mx), c->dt);
+                ((uint16_t *)in->logits)[i] = h;
+            }
+        }
+    }
+}
+
+/* xent_cuda_logprobs against xent_logprobs on the same inputs. */
+static void huge_logprobs(const char *what, const ccase *c, const cinputs *in) {
+    const int64_t T = c->T;
+    const size_t n = (size_t)(c->T * c->ld) * xent_dtype_size(c->dt);
+    float *lp = malloc((size_t)T * 4), *en = malloc((size_t)T * 4);
+    float *glp = malloc((size_t)T * 4), *gen = malloc((size_t)T * 4);
+    xent_ce_input ci = {in->logits, c->dt, T, c->V, c->ld, in->lab64, XENT_I64, NULL};
+    CHECK(xent_logprobs(&ci, &c->o, lp, en) == XENT_OK, "%s: cpu logprobs: %s", what, xent_last_error());
+    void *dl = dev_copy(in->logits, n), *dlab = dev_copy(in->lab64, (size_t)T * 8);
+    float *dlp = dev_alloc((size_t)T * 4), *den = dev_alloc((size_t)T * 4);
+    xent_ce_input gi = {dl, c->dt, T, c->V, c->ld, dlab, XENT_I64, NULL};
+    CHECK(xent_cuda_logprobs(&gi, &c->o, dlp, den, NULL) == XENT_OK, "%s: gpu logprobs: %s", what,
+          xent_last_error());
+    host_copy(glp, dlp, (size_t)T * 4);
+    host_copy(gen, den, (size_t)T * 4);
+    const double tol = fwd_tol(c->dt, XENT_DTYPE_COUNT, c->o.softcap);
+    cmp_f32(what, "logprobs' logprob", glp, lp, T, tol);
+    cmp_f32(what, "logprobs' entropy", gen, en, T, tol);
+    cudaFree(dl); cudaFree(dlab); cudaFree(dlp); cudaFree(den);
+    free(lp); free(en); free(glp); free(gen);
+}
+
+TEST(cuda_huge_logits_vs_cpu) {
+    if (!gpu_ready()) return;
+    const double scales[] = {3000, 1e5, 1e10, 1e15, 1e20, 1e30, 3.4e38};
+    const xent_dtype dts[] = {XENT_F32, XENT_BF16, XENT_F16};
+    const int64_t Vs[] = {257, 40000};
+    char what[160];
+    for (int a = 0; a < 3; a++)
+        for (int b = 0; b < 3; b++)
+            for (int v = 0; v < 2; v++)
+                for (size_t si = 0; si < sizeof scales / sizeof scales[0]; si++) {
+                    const xent_dtype gdt = b == 0 ? XENT_DTYPE_COUNT : b == 1 ? XENT_F32 : dts[a];
+                    ccase c = base_case(dts[a], gdt, 16, Vs[v]);
+                    const int opt = (int)(si + (size_t)a + (size_t)b) % 4;
+                    if (opt == 1) c.o.temperature = 0.7;
+                    if (opt == 2) c.o.temperature = 1.3, c.o.label_smoothing = 0.1;
+                    if (opt == 3) c.o.z_loss = 1e-4;
+                    cinputs in;
+                    fill_inputs(&c, &in);
+                    huge_rows(&c, &in, scales[si]);
+                    snprintf(what, sizeof what, "huge %s->%s V=%lld scale %g tau %g eps %g kz %g (seed %llu)",
+                             xent_dtype_name(dts[a]), b ? xent_dtype_name(gdt) : "none",
+                             (long long)Vs[v], scales[si], c.o.temperature, c.o.label_smoothing,
+                             c.o.z_loss, (unsigned long long)xt_seed());
+                    check_case_in(what, &c, &in);
+                    if (b == 0) huge_logprobs(what, &c, &in);
+                    free_inputs(&in);
+                    CHECK_LIMIT(10);
+                }
 }
 
 /* Bad arguments: the same statuses as the CPU, nothing launched. */

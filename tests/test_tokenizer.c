@@ -595,3 +595,94 @@ TEST(tokenizer_long_run_completes) {
     xent_model_free(m);
     free(s);
 }
+
+/* ---- whitespace before a digit (issue 46) --------------------------------
+ * The reference (`tokenizers` 0.23.3, scripts/make_tokenizer_fixture.py's
+ * construction from the SmolLM2 GGUF: Digits(individual_digits) +
+ * ByteLevel(add_prefix_space=False, use_regex=True); "gpt2": ByteLevel
+ * alone) on strings where a whitespace run meets a digit, a letter or the
+ * end. \s+(?!\S) leaves the run's last character to the next token unless
+ * the run ends the chunk: with Digits first, "\n\n  " before "0" ends its
+ * chunk and stays whole (ĊĊĠĠ | 0 | .); without, it is ĊĊĠ | Ġ0 | . */
+typedef struct ws_case {
+    const char *text;
+    int32_t smollm[6];
+    int n_smollm;
+    int32_t gpt2[6];
+    int n_gpt2;
+} ws_case;
+
+static const ws_case k_ws_cases[] = {
+    {"\n\n  0.", {39892, 32, 30}, 3, {8866, 216, 32, 30}, 4},
+    {"\n\n  a", {8866, 253}, 2, {8866, 253}, 2},
+    {"a  \n  b", {81, 256, 3805, 278}, 4, {81, 256, 3805, 278}, 4},
+    {"x \t y", {104, 216, 197, 329}, 4, {104, 216, 197, 329}, 4},
+    {"1.  2", {33, 30, 256, 34}, 4, {33, 30, 216, 216, 34}, 5},
+    {"  ", {256}, 1, {256}, 1},
+    {" \n", {3717}, 1, {3717}, 1},
+    {"\n \n0", {198, 3717, 32}, 3, {3805, 198, 32}, 3},
+    {"a   1", {81, 333, 33}, 3, {81, 256, 216, 33}, 4},
+    {"\xE3\x80\x80" " x", {12109, 218, 1792}, 3, {12109, 218, 1792}, 3},
+    {"\t\t0", {1656, 32}, 2, {197, 197, 32}, 3},
+    {" 0", {216, 32}, 2, {216, 32}, 2},
+    {"  0", {256, 32}, 2, {216, 216, 32}, 3},
+    {"a\n\n0", {81, 1116, 32}, 3, {81, 198, 198, 32}, 4},
+};
+
+static void check_ws_ids(const xent_tokenizer *t, const char *pre, const char *text, const int32_t *want,
+                         int nw) {
+    int32_t *ids = NULL;
+    int64_t n = -1;
+    CHECK(xent_tokenize(t, text, strlen(text), &ids, &n) == XENT_OK, "%s", xent_last_error());
+    int same = n == nw;
+    for (int64_t i = 0; same && i < n; i++) same = ids[i] == want[i];
+    char got[200] = "", exp[200] = "";
+    for (int64_t i = 0; i < n && i < 8; i++)
+        snprintf(got + strlen(got), sizeof got - strlen(got), " %d", ids[i]);
+    for (int i = 0; i < nw; i++) snprintf(exp + strlen(exp), sizeof exp - strlen(exp), " %d", want[i]);
+    CHECK(same, "%s: '%s' -> [%s ], reference [%s ]", pre, text, got, exp);
+    free(ids);
+}
+
+TEST(tokenizer_whitespace_before_digit_reference) {
+    const char *path = xt_default_model();
+    if (!path) {
+        xt_skip("no SmolLM2 GGUF (run `make model` or set XENT_MODEL_GGUF)");
+        return;
+    }
+    xent_model *m = NULL;
+    CHECK(xent_model_load_gguf(path, &m) == XENT_OK, "%s", xent_last_error());
+    if (!m || !m->tok) { xent_model_free(m); return; }
+    CHECK(!strcmp(xent_tokenizer_pre(m->tok), "smollm"), "pre %s", xent_tokenizer_pre(m->tok));
+    xent_tokenizer *g = with_pre(m->tok, "gpt2");
+    CHECK(g != NULL, "gpt2 tokenizer: %s", xent_last_error());
+    for (size_t k = 0; k < sizeof k_ws_cases / sizeof *k_ws_cases; k++) {
+        const ws_case *c = &k_ws_cases[k];
+        check_ws_ids(m->tok, "smollm", c->text, c->smollm, c->n_smollm);
+        if (g) check_ws_ids(g, "gpt2", c->text, c->gpt2, c->n_gpt2);
+    }
+    xent_tokenizer_free(g);
+    xent_model_free(m);
+}
+
+/* The same cut without the GGUF, on the hand-built vocabulary (ĠĠ = 262 is
+ * its only whitespace merge): smollm's "\n\n  " ends its chunk before the
+ * digit and keeps both spaces (Ċ Ċ ĠĠ | 0 | .); gpt2 gives the last space to
+ * the digit (Ċ Ċ Ġ | Ġ 0 | .). Every case checked with `tokenizers` 0.23.3
+ * on this vocabulary (Digits + ByteLevel, and ByteLevel alone). */
+TEST(tokenizer_whitespace_before_digit_tiny) {
+    const int32_t s1[] = {10, 10, 262, 48, 46}, g1[] = {10, 10, 32, 32, 48, 46};
+    expect_ids("smollm", "\n\n  0.", s1, 5);
+    expect_ids("gpt2", "\n\n  0.", g1, 6);
+    const int32_t s2[] = {262, 48}, g2[] = {32, 32, 48};
+    expect_ids("smollm", "  0", s2, 2);
+    expect_ids("gpt2", "  0", g2, 3);
+    /* before a letter both cut the same way: Ċ Ċ Ġ | Ġ a */
+    const int32_t s3[] = {10, 10, 32, 32, 97};
+    expect_ids("smollm", "\n\n  a", s3, 5);
+    expect_ids("gpt2", "\n\n  a", s3, 5);
+    /* a run that ends the text stays whole: a | ĠĠ Ġ -> ĠĠ then Ġ */
+    const int32_t s4[] = {97, 262, 32};
+    expect_ids("smollm", "a   ", s4, 3);
+    expect_ids("gpt2", "a   ", s4, 3);
+}

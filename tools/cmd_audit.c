@@ -190,12 +190,22 @@ static int parse_args(audit_args *a, int argc, char **argv) {
     return xent_cli_check_outputs("audit", outs, 2, ins, 2);
 }
 
-/* The progress line: variant `done + 1` of the run order (reference first). */
+/* The progress line. Items are layer passes, 2 L per variant (L forward,
+ * L backward); the line names the variant and the layer running, e.g.
+ * "now bf16 (2/5), layer 7/24 backward". */
 typedef struct audit_progress {
     xent_progress *p;
     const xent_audit_variants *vs;
     int ref;
+    int64_t steps; /* per variant: 2 L, or 0 when the unit is variants */
+    char label[96];
 } audit_progress;
+
+/* Position of variant v in the run order (the reference runs first). */
+static int run_index(const audit_progress *ap, int v) {
+    if (v == ap->ref) return 0;
+    return v < ap->ref ? v + 1 : v;
+}
 
 static const char *running_name(const audit_progress *ap, int done) {
     if (done == 0) return ap->vs->v[ap->ref].name;
@@ -208,9 +218,26 @@ static const char *running_name(const audit_progress *ap, int done) {
 
 static void on_log(void *ctx, int done, int total, const char *line) {
     audit_progress *ap = ctx;
-    (void)total;
     if (line) xent_progress_log(ap->p, line);
-    if (done >= 0) xent_progress_update(ap->p, done, running_name(ap, done));
+    if (done < 0) return;
+    const char *next = running_name(ap, done);
+    if (ap->steps && next) {
+        snprintf(ap->label, sizeof ap->label, "%s (%d/%d)", next, done + 1, total);
+        xent_progress_update(ap->p, done * ap->steps, ap->label);
+    } else {
+        xent_progress_update(ap->p, ap->steps ? done * ap->steps : done, next);
+    }
+}
+
+static void on_layer(void *ctx, int variant, int layer, int n_layers, int backward) {
+    audit_progress *ap = ctx;
+    int k = run_index(ap, variant);
+    /* forward: layers 0..L-1 are steps 1..L; backward: L-1..0 are L+1..2L */
+    int64_t step = backward ? (int64_t)n_layers + (n_layers - layer) : (int64_t)layer + 1;
+    snprintf(ap->label, sizeof ap->label, "%s (%d/%d), layer %d/%d %s",
+             ap->vs->v[variant].name, k + 1, ap->vs->n, backward ? n_layers - layer : layer + 1,
+             n_layers, backward ? "backward" : "forward");
+    xent_progress_update(ap->p, (int64_t)k * ap->steps + step, ap->label);
 }
 
 static int write_reports(const audit_args *a, const xent_audit_result *r) {
@@ -285,12 +312,19 @@ static int cmd_audit(int argc, char **argv) {
     xent_audit_result r;
     int ref = 0;
     xent__audit_find_reference(&a.variants, &ref);
-    audit_progress ap = {NULL, &a.variants, ref};
-    ap.p = xent_progress_start("xent audit", "variants", a.variants.n,
+    audit_progress ap = {NULL, &a.variants, ref, 0, ""};
+    int64_t L = m->cfg.n_layers;
+    if (L > 0) ap.steps = 2 * L;
+    ap.p = xent_progress_start("xent audit", ap.steps ? "layer passes" : "variants",
+                               ap.steps ? a.variants.n * ap.steps : a.variants.n,
                                xent_progress_wanted(a.quiet));
-    xent_progress_update(ap.p, 0, running_name(&ap, 0));
+    on_log(&ap, 0, a.variants.n, NULL);
     a.o.log = on_log;
     a.o.log_ctx = &ap;
+    if (ap.steps) {
+        a.o.on_layer = on_layer;
+        a.o.on_layer_ctx = &ap;
+    }
     xent_status st = xent__audit_run(m, tokens, B, S, &a.variants, &a.o, &r);
     xent_progress_end(ap.p);
     if (st) {

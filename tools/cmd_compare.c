@@ -19,9 +19,10 @@ static const char k_about[] =
     "ESS, TIS/MIS/ICEPOP fractions, by position, entropy and token frequency.\n\n"
     "inputs (A, B, --ref): .npy | .safetensors[:NAME] (f32, bf16, f16, f64, all\n"
     "read as double; any shape, flattened; [S, T] = S sequences of T tokens)\n"
-    "| .jsonl/.json (one object per sequence: \"logprobs\", optional \"tokens\"\n"
-    "\"prompt_len\" and \"entropy\") | anything else: text, one number per line (nan, inf,\n"
-    "-inf accepted)\n\n"
+    "| .jsonl/.json (one object per sequence: \"logprobs\", optional \"tokens\",\n"
+    "\"prompt_len\", \"entropy\" and \"mask\" (0/1 per token, 1 = in the statistics);\n"
+    "--key-a/--key-b read the log-probs from another key, e.g. \"processed_logprobs\")\n"
+    "| anything else: text, one number per line (nan, inf, -inf accepted)\n\n"
     "The clip range and the zero-run length are the ones `xent rl` uses\n"
     "(docs/compare.md: PPO's symmetric 0.2; DAPO's clip-higher is --eps-high 0.28).\n\n";
 
@@ -64,6 +65,14 @@ static void make_cmd(xf_cmd *cmd, cmp_args *a) {
          "N values 0/1 (integer or float tensor, or text), 1 =\ncompletion token; only those "
          "enter the statistics", "prompt_len from JSONL, else all", 0, 0, 0, NULL, NULL, NULL,
          NULL, 0},
+        {"--key-a", XF_STRING, &c->key_a, "NAME",
+         "JSON Lines key of A's log-probs (e.g. processed_logprobs,\nold_log_probs)", "logprobs",
+         0, 0, 0, NULL, NULL, NULL, NULL, 0},
+        {"--key-b", XF_STRING, &c->key_b, "NAME", "JSON Lines key of B's log-probs (e.g.\n"
+         "rollout_log_probs)", "logprobs", 0, 0, 0, NULL, NULL, NULL, NULL, 0},
+        {"--key-mask", XF_STRING, &c->key_mask, "NAME",
+         "JSON Lines key of the per-token 0/1 mask (e.g. loss_mask);\na token is used where "
+         "every input's mask is 1", "mask", 0, 0, 0, NULL, NULL, NULL, NULL, 0},
         {"--zero-run", XF_INT, &c->opts.zero_run, "K",
          "exact zeros in a run of >= K tokens are bad", NULL, XF_MIN, 1, 0, NULL, NULL, NULL,
          "zero_run", 0},
@@ -129,6 +138,61 @@ static int check_names(const xent__cmp_cfg *c) {
     return xent_cli_check_outputs("compare", outs, 2, ins, nin);
 }
 
+/* The --key-* flags: printable ASCII, at most XENT__CMP_KEY_MAX bytes, not
+ * a key with another meaning, on inputs that are JSON Lines; 0 or 2. */
+static int check_keys(const xent__cmp_cfg *c) {
+    const char *key[3] = {c->key_a, c->key_b, c->key_mask};
+    static const char *const flag[3] = {"--key-a", "--key-b", "--key-mask"};
+    static const char *const taken[3] = {"tokens", "prompt_len", "entropy"};
+    const char *mask = c->key_mask ? c->key_mask : "mask";
+    for (int k = 0; k < 3; k++) {
+        const char *v = key[k];
+        if (!v) continue;
+        size_t n = strlen(v);
+        int ok = n >= 1 && n <= XENT__CMP_KEY_MAX;
+        for (size_t i = 0; ok && i < n; i++) ok = v[i] >= 0x20 && v[i] <= 0x7e;
+        if (!ok) {
+            fprintf(stderr, "xent compare: %s expects a JSON key of 1 to %d printable ASCII "
+                    "characters, got '%.300s'\n", flag[k], XENT__CMP_KEY_MAX, v);
+            return 2;
+        }
+        for (int t = 0; t < 3; t++)
+            if (!strcmp(v, taken[t])) {
+                fprintf(stderr, "xent compare: %s '%s': that key has its own meaning (\"tokens\", "
+                        "\"prompt_len\", \"entropy\" are read as such)\n", flag[k], v);
+                return 2;
+            }
+        if (k < 2 && !strcmp(v, mask)) {
+            fprintf(stderr, "xent compare: %s '%s' is the mask's key (--key-mask)\n", flag[k], v);
+            return 2;
+        }
+        if (k == 2 && (!strcmp(v, "logprobs") || (c->key_a && !strcmp(v, c->key_a)) ||
+                       (c->key_b && !strcmp(v, c->key_b)))) {
+            fprintf(stderr, "xent compare: --key-mask '%s' is a log-prob key\n", v);
+            return 2;
+        }
+    }
+    const char *src[2] = {c->a, c->b};
+    static const char *const pos[2] = {"A", "B"};
+    for (int k = 0; k < 2; k++)
+        if (key[k] && xent__cmp_format(src[k]) != XENT__FMT_JSON) {
+            fprintf(stderr, "xent compare: %s '%s' names a JSON Lines key, but %s (%s) is not "
+                    ".jsonl, .json or .ndjson\n", flag[k], key[k], pos[k], src[k]);
+            return 2;
+        }
+    if (c->key_mask) {
+        const char *lp[5] = {c->a, c->b, c->ref, c->ref_b, c->entropy};
+        int any = 0;
+        for (int k = 0; k < 5; k++) any |= lp[k] && xent__cmp_format(lp[k]) == XENT__FMT_JSON;
+        if (!any) {
+            fprintf(stderr, "xent compare: --key-mask '%s' names a JSON Lines key, but no input "
+                    "is .jsonl, .json or .ndjson\n", c->key_mask);
+            return 2;
+        }
+    }
+    return 0;
+}
+
 static int cmd_compare(int argc, char **argv) {
     cmp_args a;
     memset(&a, 0, sizeof a);
@@ -151,7 +215,7 @@ static int cmd_compare(int argc, char **argv) {
         fprintf(stderr, "xent compare: --ref-b needs --ref (A's reference)\n");
         return 2;
     }
-    if (check_names(&a.c)) return 2;
+    if (check_keys(&a.c) || check_names(&a.c)) return 2;
     return xent__cmp_run(&a.c);
 }
 

@@ -487,6 +487,13 @@ __device__ __forceinline__ xc_comb xg_comb_warp(const xc_params &k, const xc_row
         M = v > M ? v : M;
     }
     c.M = M;
+    double Mr = live ? p.max : -INFINITY; /* the raw max (huge rows' forms) */
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const double v = __shfl_xor_sync(all, Mr, o);
+        Mr = v > Mr ? v : Mr;
+    }
+    c.Mraw = Mr;
     const xc_scaled sc = xc_part_scaled(live ? mk - M : 0.0, p.sum, p.sumx);
     c.top = c.rest = c.SX = c.Z = 0;
     c.have_top = 0;

@@ -236,3 +236,100 @@ def test_torch_export_keeps_the_custom_op():
     ep = torch.export.export(M(), (z, y))
     assert "xent.ce_fwd" in str(ep.graph), ep.graph
     assert torch.equal(ep.module()(z, y), M()(z, y))
+
+
+# --- the CPU fwd+bwd fusion (speed, issue 51) --------------------------------
+
+
+def _grads(f, z, y, up, **kw):
+    x = z.detach().clone().requires_grad_(True)
+    loss = f(x, y, **kw)
+    if up is None:
+        loss.backward()
+    else:
+        (loss * up).backward()
+    return loss.detach(), x.grad
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16,
+                                   torch.float16], ids=str)
+@pytest.mark.parametrize("reduction", ["mean", "sum"])
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+@pytest.mark.parametrize("up", [None, 0.5, 3.0])
+def test_fused_backward_gives_the_same_bits(rng, dtype, reduction, eps, up):
+    """The forward that also writes the gradient (upstream 1) and the
+    backward that recomputes it (any other upstream) give the bits of the
+    unfused path; with upstream 1 the kernel's buffer becomes .grad (no
+    copy)."""
+    from xent import _torch as XT
+    z = torch.from_numpy(rng.standard_normal((37, 301)) * 4).to(dtype)
+    y = torch.from_numpy(rng.integers(0, 301, size=37))
+    y[::7] = -100
+    kw = dict(reduction=reduction, label_smoothing=eps)
+    prev = XT.set_fused_backward(False)
+    try:
+        want = _grads(XF.cross_entropy, z, y, up, **kw)
+        want_api = _grads(xent.cross_entropy, z, y, up, **kw)
+    finally:
+        XT.set_fused_backward(prev)
+    assert XT.FUSED_BACKWARD
+    got = _grads(XF.cross_entropy, z, y, up, **kw)
+    got_api = _grads(xent.cross_entropy, z, y, up, **kw)
+    for (lw, gw), (lg, gg) in ((want, got), (want_api, got_api)):
+        assert torch.equal(lw, lg)
+        assert torch.equal(gw, gg)
+    # handed over, not copied: the grad's buffer was the kernel's output
+    seen = []
+    take = XT.take_fused_grad
+
+    def spy(ctx, g):
+        p = take(ctx, g)
+        seen.append(None if p is None else p.data_ptr())
+        return p
+    XT.take_fused_grad = spy
+    try:
+        x = z.detach().clone().requires_grad_(True)
+        XF.cross_entropy(x, y, **kw).backward()
+    finally:
+        XT.take_fused_grad = take
+    assert seen == [x.grad.data_ptr()]
+
+
+def test_fused_backward_twice_and_no_grad(rng):
+    z = torch.from_numpy(rng.standard_normal((9, 50))).float()
+    y = torch.from_numpy(rng.integers(0, 50, size=9))
+    x = z.clone().requires_grad_(True)
+    loss = XF.cross_entropy(x, y)
+    g1, = torch.autograd.grad(loss, x, retain_graph=True)
+    g2, = torch.autograd.grad(loss, x)             # recomputed: same bits
+    assert torch.equal(g1, g2) and g1.data_ptr() != g2.data_ptr()
+    with torch.no_grad():                          # no gradient written
+        assert torch.equal(XF.cross_entropy(x, y), loss.detach())
+
+
+def test_gradient_buffers_are_reused_only_when_free(rng):
+    """Large CPU gradients come from xent's pool (xent._torch.empty_rows): a
+    buffer that any tensor (or view) still uses is never handed out again."""
+    from xent import _torch as XT
+    V = XT._REUSE_MIN // 4 // 8 + 1          # fp32 [8, V] > the threshold
+    z = torch.from_numpy(rng.standard_normal((8, V))).float()
+    y = torch.from_numpy(rng.integers(0, V, size=8))
+
+    def grad():
+        x = z.clone().requires_grad_(True)
+        XF.cross_entropy(x, y).backward()
+        return x.grad
+
+    g1 = grad()
+    want = g1.clone()
+    view = g1[2:4]
+    p1 = g1.data_ptr()
+    del g1
+    g2 = grad()
+    assert g2.data_ptr() != p1 and torch.equal(view, want[2:4])
+    del view
+    g3 = grad()                                 # g1's buffer, free again
+    assert g3.data_ptr() == p1 and torch.equal(g3, want)
+    assert torch.equal(g2, want)
+    del g2, g3
+    assert XT.release_buffers() >= 2 * z.numel() * 4

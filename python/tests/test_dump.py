@@ -432,3 +432,26 @@ def test_hf_cli(tiny_hf, tmp_path):
                         "--max-tokens", "3"], capture_output=True, text=True,
                        cwd=str(ROOT / "python"))
     assert q.returncode == 2 and "--max-tokens" in q.stderr
+
+
+# ------------------------------------------------- GGUF tokenizer via transformers
+
+def test_gguf_tokenizer_matches_xent():
+    """load_hf on the default model's GGUF tokenizes like `xent model
+    tokenize` (SmolLM2's digit split restored over transformers' byte-level
+    only GGUF tokenizer), where whitespace runs meet digits."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    pytest.importorskip("gguf")
+    gguf = pathlib.Path(os.environ.get("XENT_CACHE", pathlib.Path.home() / ".cache" / "xent")) \
+        / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    cli = _xent_cli()
+    if not gguf.is_file() or cli is None:
+        pytest.skip("the default model (make model) or the xent CLI is absent")
+    _, tok = xd.load_hf(str(gguf))
+    for text in ("\n\n  0.", "abc 123456 x", "  hi\n\n\n  there 42", "x  \n 7 8\t\t9"):
+        r = subprocess.run([cli, "model", "tokenize", str(gguf), "--text", text],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        want = [int(v) for v in r.stdout.split()]
+        assert tok.encode(text, add_special_tokens=False) == want, text

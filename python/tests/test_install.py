@@ -128,6 +128,12 @@ def test_wheel_installs_and_passes_tests_in_a_fresh_venv(wheel, tmp_path):
     py = venv / "bin" / "python"
     env = build_env()
     env.pop("PYTHONPATH", None)
+    # as on a machine without a compiler: nothing on PATH but the venv's
+    # own programs, no CC / CXX / nvcc to find
+    env["PATH"] = str(venv / "bin")
+    env["CC"] = env["CXX"] = "/nonexistent/cc"
+    for tool in ("cc", "gcc", "clang", "c++", "nvcc", "make"):
+        assert shutil.which(tool, path=env["PATH"]) is None, tool
     pip("install", "--no-deps", "--no-index", str(path), cwd=tmp_path,
         env=env, python=py)
     # the wheel's copy, not the checkout's: run from elsewhere

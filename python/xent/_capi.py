@@ -215,6 +215,15 @@ _SIGNATURES = {
     "xent_cuda_linear_backward": (c_int, [_P(LinearInput), _P(CeOpts), c_vp,
                                           _P(LinearGrads), c_vp,
                                           ctypes.c_size_t, c_vp]),
+    # the CUDA twins of the shard calls (stream last), for the chunked
+    # fused head on CUDA (xent/_linear_cpu.py)
+    "xent_cuda_set_label_check": (c_int, [c_int]),
+    "xent_cuda_ce_backward": (c_int, [_P(CeInput), _P(CeOpts), c_vp, c_vp,
+                                      c_int, c_i64, c_vp]),
+    "xent_cuda_ce_shard_stats": (c_int, [_P(CeInput), _P(CeOpts), c_vp,
+                                         c_vp]),
+    "xent_cuda_ce_combine": (c_int, [c_vp, c_int, _P(CeInput), _P(CeOpts),
+                                     _P(CeOutput), c_vp]),
     "xent_rl_adv_opts_init": (None, [_P(RlAdvOpts)]),
     "xent_rl_batch_opts_init": (None, [_P(RlBatchOpts)]),
     "xent_rl_loss_opts_init": (None, [_P(RlLossOpts)]),

@@ -13,7 +13,10 @@ target kind), so that torch.compile sees no data-dependent branch:
   as non-finite, are recomputed inside the op in float64 with exp(-inf) = 0,
   so they match torch (a target at -inf gives +inf, an all -inf row NaN).
   Autograd: first order; a second derivative raises (the backward op has
-  no derivative registered); forward-mode AD raises too.
+  no derivative registered); forward-mode AD raises too. Eager calls that
+  need a gradient of a scalar loss go through _FusedCE instead: the same
+  kernel call writes the gradient in the forward (the speed of the C call;
+  docs/python.md, "Speed of the Python call on the CPU").
 * the composed path: float64 logits, `weight=`, probability targets: the
   loss is torch's own formula evaluated in float64 (torch ops, so autograd
   of any order works) and rounded once to the input's dtype. Outputs for
@@ -28,6 +31,7 @@ import ctypes
 from typing import Tuple
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from . import _capi as C
 from ._capi import XentError
@@ -65,7 +69,9 @@ def _fix_rows_fwd(z, y, ignore_index, eps, rows):
     return loss.masked_fill(ign, 0.0), lse
 
 
-def _run_kernel(z, y, ignore_index, reduction, eps, threads=0):
+def _run_kernel(z, y, ignore_index, reduction, eps, threads=0, grad=None):
+    """One xent_ce call; grad: a dense [T, V] tensor of z's dtype that the
+    same call fills with dL/dz for an upstream gradient of 1."""
     prep = T.Prepared(z, y)
     opts = C.make_opts(ignore_index=ignore_index, reduction=_RED_NAME[
         reduction], label_smoothing=eps, threads=threads)
@@ -76,19 +82,22 @@ def _run_kernel(z, y, ignore_index, reduction, eps, threads=0):
     out = T._out(loss, stats)
     out.n_counted = count.data_ptr()
     out.n_nonfinite = nonfin.data_ptr()
+    if grad is not None:
+        out.grad, out.grad_dtype, out.ld_grad = (grad.data_ptr(), prep.dtype,
+                                                 prep.V)
     prep.backend.call("ce", ctypes.byref(prep.inp), ctypes.byref(opts),
                       ctypes.byref(out))
     return loss, stats, count, int(nonfin.item())
 
 
-@torch.library.custom_op("xent::ce_fwd", mutates_args=())
-def ce_fwd(z: torch.Tensor, y: torch.Tensor, ignore_index: int,
-           reduction: int, eps: float) -> Tuple[torch.Tensor, torch.Tensor]:
-    """z [T, V] (unit column stride), y [T] -> (loss: [T] for 'none', else
-    [] float32; stats [T, 2] float64: lse, nll, with rows recomputed where
-    the kernel saw a non-finite logit)."""
+def _forward(z, y, ignore_index, reduction, eps, grad=None):
+    """(loss, stats, exact_grad): the kernel call plus torch's conventions;
+    exact_grad is False when `grad` does not hold torch's gradient (rows
+    with a non-finite logit, a mean over zero rows): ce_bwd then computes
+    it."""
     loss, stats, count, nonfin = _run_kernel(z, y, ignore_index, reduction,
-                                             eps)
+                                             eps, grad=grad)
+    exact_grad = grad is not None and not nonfin
     if nonfin:
         # rows with a NaN or infinite logit: torch's semantics in float64
         bad = torch.isnan(stats[:, 0])
@@ -107,11 +116,22 @@ def ce_fwd(z: torch.Tensor, y: torch.Tensor, ignore_index: int,
                 s = s / counted.sum()
             loss = s.float().reshape(1)
     if reduction == 0:
-        return loss, stats
+        return loss, stats, exact_grad
     if reduction == 2 and int(count.item()) == 0:
         loss = torch.full((1,), float("nan"), dtype=torch.float32,
                           device=z.device)           # torch: 0 / 0
-    return loss.reshape(()), stats
+        exact_grad = False
+    return loss.reshape(()), stats, exact_grad
+
+
+@torch.library.custom_op("xent::ce_fwd", mutates_args=())
+def ce_fwd(z: torch.Tensor, y: torch.Tensor, ignore_index: int,
+           reduction: int, eps: float) -> Tuple[torch.Tensor, torch.Tensor]:
+    """z [T, V] (unit column stride), y [T] -> (loss: [T] for 'none', else
+    [] float32; stats [T, 2] float64: lse, nll, with rows recomputed where
+    the kernel saw a non-finite logit)."""
+    loss, stats, _ = _forward(z, y, ignore_index, reduction, eps)
+    return loss, stats
 
 
 @ce_fwd.register_fake
@@ -136,7 +156,7 @@ def ce_bwd(g: torch.Tensor, z: torch.Tensor, y: torch.Tensor,
         prep.inp.grad_rows = rows.data_ptr()
     else:
         opts.grad_scale = float(g.item())
-    grad = torch.empty((prep.T, prep.V), dtype=z.dtype, device=z.device)
+    grad = T.empty_rows((prep.T, prep.V), z.dtype, z.device)
     st = stats.contiguous()
     bad = torch.isnan(st[:, 1])             # rows ce_fwd recomputed
     if reduction == 2 and counted == 0:
@@ -185,6 +205,34 @@ def _backward(ctx, g_loss, g_stats):
 
 torch.library.register_autograd("xent::ce_fwd", _backward,
                                 setup_context=_setup_ctx)
+
+
+class _FusedCE(torch.autograd.Function):
+    """Eager (not compiled) CPU calls whose logits need a gradient and whose
+    loss is a scalar: the forward's kernel call writes the gradient too (one
+    pass over the logits, the speed of the C call xent_ce; see
+    xent._torch.FUSED_BACKWARD). The backward hands it over when the
+    upstream gradient is exactly 1, else computes it as ce_bwd does. The
+    result is the same op as ce_fwd's, bit for bit."""
+
+    @staticmethod
+    def forward(ctx, z, y, ignore_index, reduction, eps):
+        grad = T.empty_rows(tuple(z.shape), z.dtype, z.device)
+        loss, stats, exact = _forward(z, y, ignore_index, reduction, eps,
+                                      grad=grad)
+        ctx.save_for_backward(z, y, stats)
+        ctx.args = (ignore_index, reduction, eps)
+        ctx.pre = grad if exact else None
+        return loss
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, g):
+        pre = T.take_fused_grad(ctx, g)
+        if pre is None:
+            z, y, stats = ctx.saved_tensors
+            pre = ce_bwd(g, z, y, stats, *ctx.args)
+        return pre, None, None, None, None
 
 
 # --- layout ---------------------------------------------------------------
@@ -298,8 +346,16 @@ def cross_entropy(input, target, weight=None, size_average=None,
     if y.shape[0] != z2.shape[0]:
         raise ValueError("Expected input batch_size (%d) to match target "
                          "batch_size (%d)." % (z2.shape[0], y.shape[0]))
-    loss, _ = torch.ops.xent.ce_fwd(z2, y.contiguous(), int(ignore_index),
-                                    _RED[reduction], float(label_smoothing))
+    y = y.contiguous()
+    if (T.FUSED_BACKWARD and reduction != "none" and z2.requires_grad
+            and torch.is_grad_enabled() and z2.numel()
+            and not torch.compiler.is_compiling()):
+        loss = _FusedCE.apply(z2, y, int(ignore_index), _RED[reduction],
+                              float(label_smoothing))
+    else:
+        loss, _ = torch.ops.xent.ce_fwd(z2, y, int(ignore_index),
+                                        _RED[reduction],
+                                        float(label_smoothing))
     if reduction == "none":
         loss = loss.reshape(batch)
     return loss.to(input.dtype)

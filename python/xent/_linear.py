@@ -23,12 +23,22 @@ Gradients:
     calls xent_cuda_linear_backward with grad_rows = g. Labels were checked
     by the forward, so the backward runs with the label check off (no
     synchronization).
+
+What the one-call path lacks goes to the chunked head (xent/_linear_cpu.py,
+the CPU head's algorithm with the CUDA kernels xent_cuda_ce_shard_stats /
+_combine / _backward and torch.mm on the device): grad_accum ("main_grad" /
+"fp32_grad": the weight gradient added in place into an fp32 buffer),
+process_group / vocab_start / vocab_total / vocab_block (vocabulary
+parallel), and a linear_logprobs whose inputs need a gradient
+(differentiable log-probs and entropy, temperature and softcap included).
+The argument checks are the chunked head's (check_inputs, one place).
 """
 import ctypes
 
 import torch
 
 from . import _capi as C
+from . import _linear_cpu as _chunked
 from ._capi import XentError, XentTypeError
 from ._torch import CudaBackend, _DTYPES, _p
 
@@ -52,58 +62,20 @@ class _Prepared:
     it points at are kept alive here)."""
 
     def __init__(self, fn, hidden, weight, bias, labels, need_labels=True):
-        names = (("hidden", hidden), ("weight", weight), ("bias", bias),
-                 ("labels", labels))
-        for name, t in names:
-            if t is None:
-                continue
-            if not isinstance(t, torch.Tensor):
-                raise XentTypeError("%s: %s must be a torch.Tensor, got %s"
-                                    % (fn, name, type(t).__name__))
-            if t.device.type != _DEVICE_TYPE:
-                raise XentTypeError("%s needs CUDA tensors (%s is on %s)"
-                                    % (fn, name, t.device))
-        dev = hidden.device
-        for name, t in names[1:]:
-            if t is not None and t.device != dev:
-                raise XentTypeError("%s: %s is on %s but hidden on %s"
-                                    % (fn, name, t.device, dev))
+        self.batch_shape, H, V = _chunked.check_inputs(
+            fn, hidden, weight, bias, labels, _DEVICE_TYPE, same_dtype=True)
         if not available():
             raise XentTypeError("%s: this build of libxent (%s) has no CUDA "
                                 "fused LM head (xent_cuda_linear_ce), or "
                                 "torch sees no GPU" % (fn, C.version()))
-        dt = _DTYPES.get(hidden.dtype)
-        if dt is None:
-            raise XentTypeError("%s: hidden dtype %s is not supported "
-                                "(float32, bfloat16, float16)"
-                                % (fn, hidden.dtype))
-        for name, t in (("weight", weight), ("bias", bias)):
-            if t is not None and t.dtype != hidden.dtype:
-                raise XentTypeError("%s: %s dtype %s differs from hidden "
-                                    "dtype %s (they must be the same)"
-                                    % (fn, name, t.dtype, hidden.dtype))
-        if hidden.dim() < 1 or weight.dim() != 2:
-            raise XentError("%s: hidden must be [..., H] and weight [V, H]; "
-                            "got hidden %s, weight %s"
-                            % (fn, tuple(hidden.shape), tuple(weight.shape)),
-                            C.ERR_SHAPE)
-        H = int(hidden.shape[-1])
-        V = int(weight.shape[0])
-        if int(weight.shape[1]) != H:
-            raise XentError("%s: weight shape %s does not match hidden's H = "
-                            "%d (weight is [V, H])"
-                            % (fn, tuple(weight.shape), H), C.ERR_SHAPE)
-        if bias is not None and tuple(bias.shape) != (V,):
-            raise XentError("%s: bias shape %s must be [V] = (%d,)"
-                            % (fn, tuple(bias.shape), V), C.ERR_SHAPE)
-        self.batch_shape = tuple(hidden.shape[:-1])
-        self.device, self.fn = dev, fn
+        dt = _DTYPES[hidden.dtype]
+        self.device, self.fn = hidden.device, fn
         self.torch_dtype = hidden.dtype
         self.hidden = hidden.reshape(-1, H).contiguous()     # [T, H]
         self.weight = weight.contiguous()
         self.bias = None if bias is None else bias.contiguous()
         self.T, self.H, self.V = int(self.hidden.shape[0]), H, V
-        self.backend = CudaBackend(dev)
+        self.backend = CudaBackend(self.device)
         self.inp = C.LinearInput()
         self.inp.hidden = self.hidden.data_ptr()
         self.inp.weight = self.weight.data_ptr()
@@ -115,20 +87,8 @@ class _Prepared:
             self.set_labels(labels)
 
     def set_labels(self, labels):
-        fn = self.fn
-        if not isinstance(labels, torch.Tensor):
-            raise XentTypeError("%s: labels must be a torch.Tensor, got %s"
-                                % (fn, type(labels).__name__))
-        if labels.dtype not in (torch.int64, torch.int32):
-            raise XentTypeError("%s: labels dtype %s is not supported: use "
-                                "torch.long (or torch.int32)"
-                                % (fn, labels.dtype))
-        if tuple(labels.shape) != self.batch_shape:
-            raise XentError("%s: labels shape %s does not match hidden's "
-                            "leading shape %s (hidden [..., H], labels [...])"
-                            % (fn, tuple(labels.shape), self.batch_shape),
-                            C.ERR_SHAPE)
-        self.labels = labels.reshape(-1).contiguous()        # [T]
+        self.labels = _chunked.check_labels(self.fn, labels,
+                                            self.batch_shape)     # [T]
         self.inp.labels = self.labels.data_ptr()
         self.inp.label_dtype = (C.I32 if labels.dtype == torch.int32
                                 else C.I64)
@@ -279,11 +239,35 @@ class _LinearCrossEntropy(torch.autograd.Function):
         return gh, gw, gb, None, None
 
 
+def _needs_cuda(fn, hidden):
+    if not isinstance(hidden, torch.Tensor):
+        raise XentTypeError("%s: hidden must be a torch.Tensor, got %s"
+                            % (fn, type(hidden).__name__))
+    if hidden.device.type != _DEVICE_TYPE:
+        raise XentTypeError("%s needs CUDA tensors (hidden is on %s)"
+                            % (fn, hidden.device))
+
+
+def _sharded(process_group, vocab_start, vocab_total, vocab_block, weight):
+    return (process_group is not None or vocab_block is not None
+            or vocab_start not in (0, None)
+            or (vocab_total not in (None, 0) and isinstance(weight,
+                                                            torch.Tensor)
+                and int(vocab_total) != int(weight.shape[0])))
+
+
+def _grad_wanted(*ts):
+    return torch.is_grad_enabled() and any(
+        isinstance(t, torch.Tensor) and t.requires_grad for t in ts)
+
+
 def linear_cross_entropy(hidden, weight, labels, bias=None, *,
                          ignore_index=-100, reduction="mean", normalizer=None,
                          temperature=1.0, softcap=0.0, z_loss=0.0,
                          label_smoothing=0.0, return_stats=False,
-                         chunk_rows=0):
+                         chunk_rows=0, grad_accum=None, process_group=None,
+                         vocab_start=0, vocab_total=None, vocab_block=None,
+                         threads=0):
     """Cross-entropy of logits = hidden @ weight.T (+ bias) against labels,
     without the logits tensor. hidden [..., H], weight [V, H], bias [V]
     (same dtype: float32, bfloat16 or float16), labels [...] int64/int32,
@@ -295,19 +279,30 @@ def linear_cross_entropy(hidden, weight, labels, bias=None, *,
     'n_nonfinite' (int64 0-d device tensors). chunk_rows: rows per chunk
     (0: the library's default, about 768 MiB of chunk buffers).
     Differentiable in hidden, weight and bias (see the module docstring for
-    how the gradients are computed)."""
-    if reduction not in C.REDUCTIONS:
-        raise XentError("%s: reduction = %r: must be one of 'none', 'sum', "
-                        "'mean'" % (FN, reduction), C.ERR_VALUE)
+    how the gradients are computed).
+
+    grad_accum ('main_grad' / 'fp32_grad'), process_group, vocab_start,
+    vocab_total, vocab_block: the chunked head (xent/_linear_cpu.py) with
+    the CUDA kernels, as on the CPU."""
+    _needs_cuda(FN, hidden)
+    _chunked.check_reduction(FN, reduction)
+    if grad_accum is not None or _sharded(process_group, vocab_start,
+                                          vocab_total, vocab_block, weight):
+        return _chunked.linear_cross_entropy(
+            hidden, weight, labels, bias, ignore_index=ignore_index,
+            reduction=reduction, normalizer=normalizer,
+            temperature=temperature, softcap=softcap, z_loss=z_loss,
+            label_smoothing=label_smoothing, return_stats=return_stats,
+            chunk_rows=chunk_rows, grad_accum=grad_accum,
+            process_group=process_group, vocab_start=vocab_start,
+            vocab_total=vocab_total, vocab_block=vocab_block,
+            threads=threads, _device_type=_DEVICE_TYPE)
     opts = dict(ignore_index=ignore_index, reduction=reduction,
                 normalizer=normalizer, temperature=temperature,
                 softcap=softcap, z_loss=z_loss,
                 label_smoothing=label_smoothing)
     C.make_opts(**opts)            # early check of the option values' types
-    chunk_rows = C._int("chunk_rows", chunk_rows, 62)
-    if chunk_rows < 0:
-        raise XentError("%s: chunk_rows = %d must be >= 0 (0: default)"
-                        % (FN, chunk_rows), C.ERR_VALUE)
+    chunk_rows = _chunked.check_chunk_rows(FN, chunk_rows)
     grad_on = torch.is_grad_enabled()
     want = tuple(bool(grad_on and isinstance(t, torch.Tensor)
                       and t.requires_grad) for t in (hidden, weight, bias))
@@ -321,22 +316,40 @@ def linear_cross_entropy(hidden, weight, labels, bias=None, *,
 
 def linear_logprobs(hidden, weight, labels, bias=None, *, temperature=1.0,
                     softcap=0.0, with_entropy=False, ignore_index=-100,
-                    chunk_rows=0):
+                    chunk_rows=0, entropy=None, grad_accum=None,
+                    process_group=None, vocab_start=0, vocab_total=None,
+                    vocab_block=None, threads=0):
     """Per-token log p(label) under logits = hidden @ weight.T (+ bias)
     (float32, labels' shape; 0 on rows whose label is ignore_index) and,
-    with with_entropy=True, (logprob, entropy). Forward only (no autograd
-    graph), no [T, V] tensor."""
+    with with_entropy=True (or entropy=True), (logprob, entropy). No
+    [T, V] tensor.
+
+    When hidden, weight or bias needs a gradient (and grad mode is on), or
+    with grad_accum / process_group / vocab_*: the chunked head with the
+    CUDA kernels, differentiable in both outputs (the entropy's gradient
+    in float64, temperature and softcap included). Otherwise one forward
+    call (xent_cuda_linear_logprobs), no autograd graph."""
     fn = "xent.linear_logprobs"
-    hidden = hidden.detach() if isinstance(hidden, torch.Tensor) else hidden
+    _needs_cuda(fn, hidden)
+    if entropy is not None:
+        with_entropy = bool(entropy) or bool(with_entropy)
+    if grad_accum is not None or _grad_wanted(hidden, weight, bias) or \
+            _sharded(process_group, vocab_start, vocab_total, vocab_block,
+                     weight):
+        return _chunked.linear_logprobs(
+            hidden, weight, labels, bias, temperature=temperature,
+            softcap=softcap, entropy=with_entropy, ignore_index=ignore_index,
+            chunk_rows=chunk_rows, grad_accum=grad_accum,
+            process_group=process_group, vocab_start=vocab_start,
+            vocab_total=vocab_total, vocab_block=vocab_block,
+            threads=threads, _device_type=_DEVICE_TYPE)
+    hidden = hidden.detach()
     weight = weight.detach() if isinstance(weight, torch.Tensor) else weight
     if isinstance(bias, torch.Tensor):
         bias = bias.detach()
     opts = C.make_opts(ignore_index=ignore_index, reduction="none",
                        temperature=temperature, softcap=softcap)
-    chunk_rows = C._int("chunk_rows", chunk_rows, 62)
-    if chunk_rows < 0:
-        raise XentError("%s: chunk_rows = %d must be >= 0 (0: default)"
-                        % (fn, chunk_rows), C.ERR_VALUE)
+    chunk_rows = _chunked.check_chunk_rows(fn, chunk_rows)
     prep = _Prepared(fn, hidden, weight, bias, labels)
     lp = prep.empty(prep.T)
     ent = prep.empty(prep.T) if with_entropy else None

@@ -1,13 +1,26 @@
-"""The LM head fused with the cross-entropy on the CPU (issue 45): torch CPU
-tensors, rows in chunks, the exact CPU kernel on each chunk's fp32 logits,
-never a [T, V] tensor.
+"""The chunked LM head fused with the cross-entropy (issue 45), one
+implementation for two backends: torch CPU tensors with the exact CPU
+kernels (xent_ce_shard_stats / _combine / _backward, include/xent.h), and
+torch CUDA tensors with their CUDA twins (xent_cuda_ce_*, include/xent/
+cuda.h, on torch's current stream) and torch.mm on the device. Rows in
+chunks, each chunk's fp32 logits through the kernel, never a [T, V] tensor.
+
+CPU tensors always take this path (xent.linear_cross_entropy /
+linear_logprobs). CUDA tensors take it from xent/_linear.py when the call
+asks for what the one-call CUDA head (xent_cuda_linear_ce) lacks: a
+differentiable linear_logprobs (the entropy's gradient included),
+grad_accum, process_group / vocab_start / vocab_block; the plain loss keeps
+the one-call path.
 
 For each chunk of rows (default: about 32 MiB of fp32 logits, see
 `_chunk_rows`):
 
   z_c = hidden_c @ weight^T (+ bias)       torch.mm in float32 (bf16 / f16
                                            inputs are upcast first: their
-                                           products are exact in fp32)
+                                           products are exact in fp32; on
+                                           CUDA the weight a block at a
+                                           time, no fp32 copy of it, and
+                                           torch's TF32 setting applies)
   xent_ce_shard_stats(z_c) -> partials     48 bytes a row, kept for all T
 
 then one xent_ce_combine over the T rows' partials writes the loss, the
@@ -29,36 +42,187 @@ weight's dtype), or, with grad_accum="main_grad" / "fp32_grad", the
 caller's `weight.main_grad` / fp32 `weight.grad`, added in place with no
 copy of dW in any other dtype.
 
+CUDA: the chunks' kernels run on torch's current stream; the labels are
+checked once up front (one synchronization, skipped under CUDA graph
+capture), then every kernel runs with the label check off; the reduction
+'mean' backward and the entropy-gradient test read one scalar each.
+Chunks default to about 256 MiB of fp32 logits there (32 MiB on the CPU).
+
 Vocabulary parallel (process_group=...): each rank holds rows [vocab_start,
 vocab_start + V_r) of the weight. Its chunks' partials (per vocabulary block)
 are all-gathered and combined in global column order; every rank gets the
 same loss and statistics; the backward writes the rank's weight (and bias)
 rows and all-reduces dhidden (float64 sums of the blocks' fp32 products,
-rounded once). With vocab_block=k the rank's columns are processed in blocks
+rounded once; with NCCL on the device, with gloo through CPU copies). With
+vocab_block=k the rank's columns are processed in blocks
 that start at global multiples of k, so the whole computation is the same
 sequence of operations on the same values whatever the number of ranks
 (bitwise equal across TP degrees whose boundaries are multiples of k).
 """
+import contextlib
 import ctypes
 
 import torch
 
 from . import _capi as C
+from . import _torch
 from ._capi import XentError, XentTypeError
 
 _DT = {torch.float32: C.F32, torch.bfloat16: C.BF16, torch.float16: C.F16}
-CHUNK_BYTES = 32 << 20          # fp32 logits per chunk (default)
+CHUNK_BYTES = 32 << 20          # fp32 logits per chunk (default, CPU)
+CHUNK_BYTES_CUDA = 256 << 20    # the same on a CUDA device
 GRAD_ACCUM = (None, "main_grad", "fp32_grad")
 
 
-def _call(name, *args):
-    C.LIB.call("xent_" + name, *args)
-
-
-def _chunk_rows(chunk_rows, T, V):
+def _chunk_rows(chunk_rows, T, V, chunk_bytes=CHUNK_BYTES):
     if chunk_rows:
         return max(1, min(int(chunk_rows), max(T, 1)))
-    return max(1, min(max(T, 1), CHUNK_BYTES // (4 * max(V, 1))))
+    return max(1, min(max(T, 1), chunk_bytes // (4 * max(V, 1))))
+
+
+# --- arguments (shared with the one-call CUDA head, xent/_linear.py) --------
+
+
+def check_labels(fn, labels, batch_shape):
+    """labels [...] int64 / int32 of hidden's leading shape; returns them
+    flat and contiguous [T]."""
+    if not isinstance(labels, torch.Tensor):
+        raise XentTypeError("%s: labels must be a torch.Tensor, got %s"
+                            % (fn, type(labels).__name__))
+    if labels.dtype not in (torch.int64, torch.int32):
+        raise XentTypeError("%s: labels dtype %s is not supported: use "
+                            "torch.long (or torch.int32)"
+                            % (fn, labels.dtype))
+    if tuple(labels.shape) != tuple(batch_shape):
+        raise XentError("%s: labels shape %s does not match hidden's "
+                        "leading shape %s (hidden [..., H], labels [...])"
+                        % (fn, tuple(labels.shape), tuple(batch_shape)),
+                        C.ERR_SHAPE)
+    return labels.reshape(-1).contiguous()
+
+
+def check_inputs(fn, hidden, weight, bias, labels, device_type,
+                 same_dtype=False):
+    """Types, devices, dtypes and shapes of a fused-head call: every tensor
+    a torch.Tensor on one device of device_type ('cpu' or 'cuda'); hidden,
+    weight, bias float32 / bfloat16 / float16 (one dtype when same_dtype);
+    hidden [..., H], weight [V, H], bias [V], labels hidden's [...]
+    (checked when given). Returns (batch_shape, H, V)."""
+    names = (("hidden", hidden), ("weight", weight), ("bias", bias),
+             ("labels", labels))
+    for name, t in names:
+        if t is None:
+            continue
+        if not isinstance(t, torch.Tensor):
+            raise XentTypeError("%s: %s must be a torch.Tensor, got %s"
+                                % (fn, name, type(t).__name__))
+        if t.device.type != device_type:
+            if device_type == "cuda":
+                raise XentTypeError("%s needs CUDA tensors (%s is on %s)"
+                                    % (fn, name, t.device))
+            raise XentTypeError("%s: %s is on %s; the CPU path takes CPU "
+                                "tensors (all of them)"
+                                % (fn, name, t.device))
+    for name, t in names[1:]:
+        if t is not None and t.device != hidden.device:
+            raise XentTypeError("%s: %s is on %s but hidden on %s"
+                                % (fn, name, t.device, hidden.device))
+    for name, t in names[:3]:
+        if t is None:
+            continue
+        if t.dtype not in _DT:
+            raise XentTypeError("%s: %s dtype %s is not supported "
+                                "(float32, bfloat16, float16)"
+                                % (fn, name, t.dtype))
+        if same_dtype and t.dtype != hidden.dtype:
+            raise XentTypeError("%s: %s dtype %s differs from hidden dtype "
+                                "%s (they must be the same)"
+                                % (fn, name, t.dtype, hidden.dtype))
+    if hidden.dim() < 1 or weight.dim() != 2:
+        raise XentError("%s: hidden must be [..., H] and weight [V, H]; "
+                        "got hidden %s, weight %s"
+                        % (fn, tuple(hidden.shape), tuple(weight.shape)),
+                        C.ERR_SHAPE)
+    H, V = int(hidden.shape[-1]), int(weight.shape[0])
+    if int(weight.shape[1]) != H:
+        raise XentError("%s: weight shape %s does not match hidden's H = "
+                        "%d (weight is [V, H])"
+                        % (fn, tuple(weight.shape), H), C.ERR_SHAPE)
+    if bias is not None and tuple(bias.shape) != (V,):
+        raise XentError("%s: bias shape %s must be [V] = (%d,)"
+                        % (fn, tuple(bias.shape), V), C.ERR_SHAPE)
+    batch_shape = tuple(hidden.shape[:-1])
+    if labels is not None:
+        check_labels(fn, labels, batch_shape)
+    return batch_shape, H, V
+
+
+def check_chunk_rows(fn, chunk_rows):
+    chunk_rows = C._int("chunk_rows", chunk_rows, 62)
+    if chunk_rows < 0:
+        raise XentError("%s: chunk_rows = %d must be >= 0 (0: default)"
+                        % (fn, chunk_rows), C.ERR_VALUE)
+    return chunk_rows
+
+
+def check_reduction(fn, reduction):
+    if reduction not in C.REDUCTIONS:
+        raise XentError("%s: reduction = %r: must be one of 'none', 'sum', "
+                        "'mean'" % (fn, reduction), C.ERR_VALUE)
+
+
+# --- backends ----------------------------------------------------------------
+
+
+class _Backend:
+    """Where a call's kernels run: the CPU (xent_*) or the tensors' CUDA
+    device (xent_cuda_*, torch's current stream: _torch.CudaBackend)."""
+
+    def __init__(self, fn, device):
+        self.device = device
+        self.cuda = device.type == "cuda"
+        if self.cuda:
+            if not _torch.cuda_available():
+                raise XentTypeError("%s: the tensors are on %s but this build"
+                                    " of libxent (%s) has no CUDA kernels, "
+                                    "or torch sees no GPU"
+                                    % (fn, device, C.version()))
+            self.impl = _torch.CudaBackend(device)
+            self.chunk_bytes = CHUNK_BYTES_CUDA
+        else:
+            self.impl = _torch.Backend(device)
+            self.chunk_bytes = CHUNK_BYTES
+
+    def call(self, name, *args):
+        self.impl.call(name, *args)
+
+    @contextlib.contextmanager
+    def unchecked(self):
+        """CUDA: the calls inside run with the label check off (labels
+        checked before; no synchronization)."""
+        if not self.cuda:
+            yield
+            return
+        check = C.LIB.fn("xent_cuda_set_label_check")
+        prev = check(0)
+        try:
+            yield
+        finally:
+            check(prev)
+
+    def comm_device(self, group):
+        """Where the collectives run: the device under NCCL (and the other
+        device backends), the CPU under gloo or for CPU tensors."""
+        if not self.cuda:
+            return self.device
+        import torch.distributed as dist
+        return torch.device("cpu") if dist.get_backend(group) == "gloo" \
+            else self.device
+
+
+def _no_autocast(device):
+    """The head's products stay fp32 inside an autocast region."""
+    return torch.autocast(device.type, enabled=False)
 
 
 class _Head:
@@ -66,58 +230,28 @@ class _Head:
     vocabulary blocks and the process group of one call."""
 
     def __init__(self, fn, hidden, weight, bias, labels, group, vocab_start,
-                 vocab_total, vocab_block, chunk_rows):
-        for name, t in (("hidden", hidden), ("weight", weight),
-                        ("bias", bias), ("labels", labels)):
-            if t is None:
-                continue
-            if not isinstance(t, torch.Tensor):
-                raise XentTypeError("%s: %s must be a torch.Tensor, got %s"
-                                    % (fn, name, type(t).__name__))
-            if t.device.type != "cpu":
-                raise XentTypeError("%s: %s is on %s; the CPU path takes CPU "
-                                    "tensors (all of them)"
-                                    % (fn, name, t.device))
-        for name, t in (("hidden", hidden), ("weight", weight),
-                        ("bias", bias)):
-            if t is not None and t.dtype not in _DT:
-                raise XentTypeError("%s: %s dtype %s is not supported "
-                                    "(float32, bfloat16, float16)"
-                                    % (fn, name, t.dtype))
-        if hidden.dim() < 1 or weight.dim() != 2:
-            raise XentError("%s: hidden must be [..., H] and weight [V, H]; "
-                            "got hidden %s, weight %s"
-                            % (fn, tuple(hidden.shape), tuple(weight.shape)),
-                            C.ERR_SHAPE)
-        H, V = int(hidden.shape[-1]), int(weight.shape[0])
-        if int(weight.shape[1]) != H:
-            raise XentError("%s: weight shape %s does not match hidden's H = "
-                            "%d (weight is [V, H])"
-                            % (fn, tuple(weight.shape), H), C.ERR_SHAPE)
-        if bias is not None and tuple(bias.shape) != (V,):
-            raise XentError("%s: bias shape %s must be [V] = (%d,)"
-                            % (fn, tuple(bias.shape), V), C.ERR_SHAPE)
+                 vocab_total, vocab_block, chunk_rows, device_type="cpu"):
+        self.batch_shape, H, V = check_inputs(fn, hidden, weight, bias,
+                                              labels, device_type)
         self.fn = fn
-        self.batch_shape = tuple(hidden.shape[:-1])
+        self.dev = hidden.device
+        self.backend = _Backend(fn, self.dev)
         self.hidden = hidden.reshape(-1, H)
         self.weight, self.bias = weight, bias
         self.T, self.H, self.V = int(self.hidden.shape[0]), H, V
         self._w32 = None
-        self.labels = None
-        if labels is not None:
-            if labels.dtype not in (torch.int64, torch.int32):
-                raise XentTypeError("%s: labels dtype %s is not supported: "
-                                    "use torch.long (or torch.int32)"
-                                    % (fn, labels.dtype))
-            if tuple(labels.shape) != self.batch_shape:
-                raise XentError("%s: labels shape %s does not match hidden's "
-                                "leading shape %s (hidden [..., H], labels "
-                                "[...])" % (fn, tuple(labels.shape),
-                                            self.batch_shape), C.ERR_SHAPE)
-            self.labels = labels.reshape(-1).contiguous()
+        self.labels = None if labels is None else \
+            check_labels(fn, labels, self.batch_shape)
         self.group = group
-        self.rows = _chunk_rows(chunk_rows, self.T, V)
+        self.rows = _chunk_rows(chunk_rows, self.T, V,
+                                self.backend.chunk_bytes)
         self._layout(vocab_start, vocab_total, vocab_block)
+
+    def empty(self, *shape, dtype=torch.float32):
+        return torch.empty(shape, dtype=dtype, device=self.dev)
+
+    def zeros(self, *shape, dtype=torch.float32):
+        return torch.zeros(shape, dtype=dtype, device=self.dev)
 
     # --- vocabulary layout -------------------------------------------------
 
@@ -136,8 +270,8 @@ class _Head:
             self.v0 = C._int("vocab_start", vocab_start, 62)
             if self.v0 != 0 or (vocab_total not in (None, 0, V)):
                 raise XentError("%s: vocab_start / vocab_total need a "
-                                "process_group (the CPU head's shards are "
-                                "ranks)" % self.fn, C.ERR_VALUE)
+                                "process_group (the chunked head's shards "
+                                "are ranks)" % self.fn, C.ERR_VALUE)
             self.total = V
             self.blocks = _split(0, V, vocab_block)
             self.order = [(0, k) for k in range(len(self.blocks))]
@@ -146,7 +280,8 @@ class _Head:
         import torch.distributed as dist
         S = dist.get_world_size(self.group)
         self.v0 = C._int("vocab_start", vocab_start, 62)
-        meta = torch.tensor([self.v0, V], dtype=torch.int64)
+        meta = torch.tensor([self.v0, V], dtype=torch.int64,
+                            device=self.backend.comm_device(self.group))
         metas = [torch.empty_like(meta) for _ in range(S)]
         dist.all_gather(metas, meta, group=self.group)
         spans = [(int(m[0]), int(m[0]) + int(m[1])) for m in metas]
@@ -176,18 +311,25 @@ class _Head:
 
     # --- pieces -------------------------------------------------------------
 
-    def w32(self):
+    def w32(self, a, b):
+        """fp32 weight rows a:b: a view of an fp32 weight; else on the CPU
+        one fp32 copy made once, on CUDA the block converted on each use
+        (no fp32 copy of a whole bf16 weight on the device)."""
+        w = self.weight.detach()
+        if w.dtype == torch.float32:
+            return w[a:b]
+        if self.backend.cuda:
+            return w[a:b].float()
         if self._w32 is None:
-            w = self.weight.detach()
-            self._w32 = w if w.dtype == torch.float32 else w.float()
-        return self._w32
+            self._w32 = w.float()
+        return self._w32[a:b]
 
     def logits(self, r0, r1, a, b):
         """fp32 logits [r1 - r0, b - a] of rows r0:r1, local columns a:b."""
         h = self.hidden[r0:r1].detach()
         if h.dtype != torch.float32:
             h = h.float()
-        w = self.w32()[a:b]
+        w = self.w32(a, b)
         if self.bias is None:
             return torch.mm(h, w.t())
         bb = self.bias.detach()[a:b].float()
@@ -229,35 +371,63 @@ class _Head:
                 want_lse=False):
         """Loss ([T] or [1]), stats [T, 2] float64, count [1] int64,
         nonfinite [1], and the requested per-row outputs."""
+        with _no_autocast(self.dev):
+            return self._forward(opts, reduction, want_lp, want_ent,
+                                 want_lse)
+
+    def check_labels_once(self, opts):
+        """CUDA: every label in [0, total) or ignore_index, checked here
+        once (one synchronization) so that the kernels run unchecked; not
+        under graph capture (a bad label then gives NaN rows)."""
+        if not self.backend.cuda or self.labels is None or \
+                torch.cuda.is_current_stream_capturing():
+            return
+        ign = int(opts.get("ignore_index", -100))
+        y = self.labels
+        bad = (y != ign) & ((y < 0) | (y >= self.total))
+        if bool(bad.any()):
+            i = int(torch.nonzero(bad)[0, 0])
+            raise XentError("%s: labels[%d] = %d is outside [0, %d) and not "
+                            "ignore_index (%d)" % (self.fn, i, int(y[i]),
+                                                   self.total, ign),
+                            C.ERR_LABEL)
+
+    def _forward(self, opts, reduction, want_lp, want_ent, want_lse):
         T = self.T
-        part = torch.empty((self.nmax, T, C.PARTIAL_WORDS),
-                           dtype=torch.int64)
+        self.check_labels_once(opts)
+        be = self.backend
+        part = self.empty(self.nmax, T, C.PARTIAL_WORDS, dtype=torch.int64)
         for r0 in range(0, T, self.rows):
             r1 = min(T, r0 + self.rows)
             for k, (a, b) in enumerate(self.blocks):
                 z = self.logits(r0, r1, a, b)
                 i = self.inp(z, r0, r1)
                 o = self.block_opts(opts, a)
-                _call("ce_shard_stats", ctypes.byref(i), ctypes.byref(o),
-                      ctypes.c_void_p(part[k].data_ptr() +
-                                      r0 * 8 * C.PARTIAL_WORDS))
+                with be.unchecked():
+                    be.call("ce_shard_stats", ctypes.byref(i),
+                            ctypes.byref(o),
+                            ctypes.c_void_p(part[k].data_ptr() +
+                                            r0 * 8 * C.PARTIAL_WORDS))
                 del z
         if self.group is not None:
             import torch.distributed as dist
             S = dist.get_world_size(self.group)
-            bufs = [torch.empty_like(part) for _ in range(S)]
-            dist.all_gather(bufs, part, group=self.group)
-            parts = torch.stack([bufs[r][k] for r, k in self.order])
-            del bufs
+            cd = be.comm_device(self.group)
+            src = part.to(cd)
+            bufs = [torch.empty_like(src) for _ in range(S)]
+            dist.all_gather(bufs, src, group=self.group)
+            parts = torch.stack([bufs[r][k] for r, k in self.order]) \
+                .to(self.dev)
+            del bufs, src
         else:
             parts = part
         parts = parts.contiguous()
-        loss = torch.empty(T if reduction == "none" else 1)
-        stats = torch.empty((T, C.STATS_DOUBLES), dtype=torch.float64)
-        counts = torch.zeros(2, dtype=torch.int64)
-        lp = torch.empty(T) if want_lp else None
-        ent = torch.empty(T) if want_ent else None
-        lse = torch.empty(T) if want_lse else None
+        loss = self.empty(T if reduction == "none" else 1)
+        stats = self.empty(T, C.STATS_DOUBLES, dtype=torch.float64)
+        counts = self.zeros(2, dtype=torch.int64)
+        lp = self.empty(T) if want_lp else None
+        ent = self.empty(T) if want_ent else None
+        lse = self.empty(T) if want_lse else None
         out = C.CeOutput()
         out.loss, out.stats = loss.data_ptr(), stats.data_ptr()
         out.logprob = None if lp is None else lp.data_ptr()
@@ -268,9 +438,10 @@ class _Head:
         o = C.make_opts(**opts)
         o.vocab_total = self.total
         fi = self.full_inp()
-        _call("ce_combine", ctypes.c_void_p(parts.data_ptr()),
-              ctypes.c_int(int(parts.shape[0])), ctypes.byref(fi),
-              ctypes.byref(o), ctypes.byref(out))
+        with be.unchecked():
+            be.call("ce_combine", ctypes.c_void_p(parts.data_ptr()),
+                    ctypes.c_int(int(parts.shape[0])), ctypes.byref(fi),
+                    ctypes.byref(o), ctypes.byref(out))
         return dict(loss=loss, stats=stats, counts=counts, lp=lp, ent=ent,
                     lse=lse)
 
@@ -283,24 +454,28 @@ class _Head:
         buffer. Cross-entropy: opts (with reduction / normalizer) and
         grad_scale or grad_rows. Log-probs: g_lp [T] (d/d logprob), g_ent
         [T] (d/d entropy; float64 formula), ent the forward's entropy."""
+        with _no_autocast(self.dev), self.backend.unchecked():
+            return self._backward(opts, stats, want, grad_scale, grad_rows,
+                                  ent, g_lp, g_ent, wbuf)
+
+    def _backward(self, opts, stats, want, grad_scale, grad_rows, ent, g_lp,
+                  g_ent, wbuf):
         want_h, want_w, want_b = want
+        be = self.backend
         T, H = self.T, self.H
         hdt = self.hidden.dtype
         multi = len(self.blocks) > 1 or self.group is not None
         gh = None
         if want_h:
-            gh = torch.zeros((T, H), dtype=torch.float64) if multi else \
-                torch.empty((T, H), dtype=hdt if hdt != torch.float64
-                            else torch.float32)
+            gh = self.zeros(T, H, dtype=torch.float64) if multi else \
+                self.empty(T, H, dtype=hdt)
         gw = None
         if want_w:
-            gw = wbuf if wbuf is not None else torch.zeros(
-                (self.V, H), dtype=torch.float32)
-        gb = torch.zeros(self.V, dtype=torch.float64) if want_b and \
+            gw = wbuf if wbuf is not None else self.zeros(self.V, H)
+        gb = self.zeros(self.V, dtype=torch.float64) if want_b and \
             self.bias is not None else None
         if gh is None and gw is None and gb is None:
             return None, None, None
-        w32 = self.w32()
         ent_path = g_ent is not None
         if g_lp is not None and not ent_path:
             # d(logprob) = -d(nll): the kernel's reduction-none backward
@@ -319,12 +494,12 @@ class _Head:
                     i = self.inp(z, r0, r1, grad_rows)
                     o = self.block_opts(opts, a)
                     o.grad_scale = float(grad_scale)
-                    _call("ce_backward", ctypes.byref(i), ctypes.byref(o),
-                          ctypes.c_void_p(stats.data_ptr() + 16 * r0),
-                          ctypes.c_void_p(z.data_ptr()),
-                          ctypes.c_int(C.F32), ctypes.c_int64(b - a))
+                    be.call("ce_backward", ctypes.byref(i), ctypes.byref(o),
+                            ctypes.c_void_p(stats.data_ptr() + 16 * r0),
+                            ctypes.c_void_p(z.data_ptr()),
+                            ctypes.c_int(C.F32), ctypes.c_int64(b - a))
                 if gh is not None:
-                    d = torch.mm(z, w32[a:b])
+                    d = torch.mm(z, self.w32(a, b))
                     if multi:
                         gh[r0:r1] += d.double()
                     else:
@@ -338,7 +513,11 @@ class _Head:
                 del z
         if gh is not None and self.group is not None:
             import torch.distributed as dist
-            dist.all_reduce(gh, group=self.group)
+            cd = be.comm_device(self.group)
+            g = gh.to(cd)
+            dist.all_reduce(g, group=self.group)
+            if g is not gh:
+                gh.copy_(g)
         return gh, gw, gb
 
     def _ent_grad(self, z, r0, r1, a, opts, stats, ent, g_lp, g_ent):
@@ -366,15 +545,19 @@ class _Head:
             # ignored rows have logprob 0: no gradient through it
             gl = torch.where(counted, g_lp[r0:r1].double(), 0.0)
             d -= gl[:, None] * p
-            if True:
+            width = int(z.shape[1])
+            if width > 0:
+                # the target column of the rows whose target is in this
+                # block, written with a scatter (no host synchronization)
                 y = lab - (self.v0 + a)
-                own = counted & (y >= 0) & (y < z.shape[1])
-                rows = torch.nonzero(own)[:, 0]
-                cols = y[rows]
-                nll = st[rows, 1]
+                own = counted & (y >= 0) & (y < width)
+                yc = y.clamp(0, width - 1)[:, None]
+                nll = st[:, 1]
                 # p_t - 1 = expm1(-nll) with full relative accuracy
-                d[rows, cols] = -gl[rows] * torch.expm1(-nll) \
-                    - ge[rows, 0] * torch.exp(-nll) * (-nll + Hr[rows, 0])
+                new = -gl * torch.expm1(-nll) \
+                    - ge[:, 0] * torch.exp(-nll) * (-nll + Hr[:, 0])
+                cur = d.gather(1, yc)[:, 0]
+                d.scatter_(1, yc, torch.where(own, new, cur)[:, None])
         if dcap is not None:
             d = d * dcap
         else:
@@ -409,7 +592,8 @@ def _weight_buffer(weight, grad_accum, fn):
     if grad_accum == "main_grad":
         buf = getattr(weight, "main_grad", None)
         if buf is None:
-            buf = torch.zeros(weight.shape, dtype=torch.float32)
+            buf = torch.zeros(weight.shape, dtype=torch.float32,
+                              device=weight.device)
             weight.main_grad = buf
     else:                                   # fp32_grad
         buf = weight.grad
@@ -423,15 +607,18 @@ def _weight_buffer(weight, grad_accum, fn):
                                     "weight needs torch's Tensor.grad_dtype "
                                     "(%s)" % (fn, weight.dtype, e),
                                     C.ERR_VALUE) from None
-            buf = torch.zeros(weight.shape, dtype=torch.float32)
+            buf = torch.zeros(weight.shape, dtype=torch.float32,
+                              device=weight.device)
             weight.grad = buf
     if buf.dtype != torch.float32 or tuple(buf.shape) != \
             tuple(weight.shape) or not buf.is_contiguous() or \
-            buf.device.type != "cpu":
+            buf.device != weight.device:
         raise XentError("%s: grad_accum=%r: the buffer must be a contiguous "
-                        "float32 CPU tensor of the weight's shape %s, got %s "
-                        "%s" % (fn, grad_accum, tuple(weight.shape),
-                                buf.dtype, tuple(buf.shape)), C.ERR_VALUE)
+                        "float32 tensor of the weight's shape %s on its "
+                        "device %s, got %s %s on %s"
+                        % (fn, grad_accum, tuple(weight.shape), weight.device,
+                           buf.dtype, tuple(buf.shape), buf.device),
+                        C.ERR_VALUE)
     return buf
 
 
@@ -446,12 +633,10 @@ class _LinearCE(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, hidden, weight, bias, cfg):
-        head = _Head(cfg.fn, hidden, weight, bias, cfg.labels, cfg.group,
-                     cfg.vocab_start, cfg.vocab_total, cfg.vocab_block,
-                     cfg.chunk_rows)
+        head = _head(cfg, hidden, weight, bias)
         res = head.forward(cfg.opts, cfg.reduction, want_lse=cfg.return_stats)
         ctx.cfg, ctx.head = cfg, head
-        ctx.stats, ctx.count = res["stats"], int(res["counts"][0])
+        ctx.stats, ctx.counts = res["stats"], res["counts"]
         ctx.hshape = tuple(hidden.shape)
         loss = res["loss"]
         loss = loss.view(head.batch_shape) if cfg.reduction == "none" \
@@ -479,11 +664,18 @@ class _LinearCE(torch.autograd.Function):
             if cfg.reduction == "mean" and not opts.get("normalizer"):
                 # the whole call's count (a chunk's backward would use its
                 # own): the same double division as the unfused kernel
-                opts["normalizer"] = float(ctx.count)
-                if ctx.count == 0:
+                count = int(ctx.counts[0])
+                opts["normalizer"] = float(count)
+                if count == 0:
                     kw["grad_scale"] = 0.0
                     opts["normalizer"] = 1.0
         return _grads(ctx, head, opts, want, kw)
+
+
+def _head(cfg, hidden, weight, bias):
+    return _Head(cfg.fn, hidden, weight, bias, cfg.labels, cfg.group,
+                 cfg.vocab_start, cfg.vocab_total, cfg.vocab_block,
+                 cfg.chunk_rows, cfg.device_type)
 
 
 def _grads(ctx, head, opts, want, kw):
@@ -506,9 +698,7 @@ class _LinearLP(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, hidden, weight, bias, cfg):
-        head = _Head(cfg.fn, hidden, weight, bias, cfg.labels, cfg.group,
-                     cfg.vocab_start, cfg.vocab_total, cfg.vocab_block,
-                     cfg.chunk_rows)
+        head = _head(cfg, hidden, weight, bias)
         res = head.forward(cfg.opts, "none", want_lp=True,
                            want_ent=cfg.entropy)
         ctx.cfg, ctx.head = cfg, head
@@ -530,7 +720,7 @@ class _LinearLP(torch.autograd.Function):
             kw["g_ent"] = g_ent.reshape(-1)
             kw["ent"] = ctx.ent
             if kw["g_lp"] is None:
-                kw["g_lp"] = torch.zeros(head.T)
+                kw["g_lp"] = head.zeros(head.T)
         elif kw["g_lp"] is None:
             return None, None, None, None
         return _grads(ctx, head, dict(ctx.cfg.opts), want, kw)
@@ -546,14 +736,12 @@ def _check_accum(fn, grad_accum):
 
 
 def _cfg(fn, labels, opts, chunk_rows, grad_accum, weight, process_group,
-         vocab_start, vocab_total, vocab_block):
+         vocab_start, vocab_total, vocab_block, device_type):
     _check_accum(fn, grad_accum)
     C.make_opts(**opts)               # early check of the option values
-    chunk_rows = C._int("chunk_rows", chunk_rows, 62)
-    if chunk_rows < 0:
-        raise XentError("%s: chunk_rows = %d must be >= 0 (0: default)"
-                        % (fn, chunk_rows), C.ERR_VALUE)
+    chunk_rows = check_chunk_rows(fn, chunk_rows)
     cfg = _Cfg()
+    cfg.device_type = device_type
     cfg.fn, cfg.labels, cfg.opts = fn, labels, opts
     cfg.chunk_rows, cfg.grad_accum, cfg.weight_ref = chunk_rows, \
         grad_accum, weight
@@ -568,11 +756,11 @@ def linear_cross_entropy(hidden, weight, labels, bias=None, *,
                          label_smoothing=0.0, return_stats=False,
                          chunk_rows=0, grad_accum=None, process_group=None,
                          vocab_start=0, vocab_total=None, vocab_block=None,
-                         threads=0):
+                         threads=0, _device_type="cpu"):
+    """The chunked fused head (module docstring): CPU tensors, or CUDA
+    tensors with _device_type='cuda' (from xent/_linear.py)."""
     fn = "xent.linear_cross_entropy"
-    if reduction not in C.REDUCTIONS:
-        raise XentError("%s: reduction = %r: must be one of 'none', 'sum', "
-                        "'mean'" % (fn, reduction), C.ERR_VALUE)
+    check_reduction(fn, reduction)
     opts = dict(ignore_index=ignore_index, reduction=reduction,
                 normalizer=normalizer, temperature=temperature,
                 softcap=softcap, z_loss=z_loss,
@@ -581,7 +769,8 @@ def linear_cross_entropy(hidden, weight, labels, bias=None, *,
         raise XentTypeError("%s: labels must be a torch.Tensor, got %s"
                             % (fn, type(labels).__name__))
     cfg = _cfg(fn, labels, opts, chunk_rows, grad_accum, weight,
-               process_group, vocab_start, vocab_total, vocab_block)
+               process_group, vocab_start, vocab_total, vocab_block,
+               _device_type)
     cfg.reduction, cfg.return_stats = reduction, bool(return_stats)
     res = _LinearCE.apply(hidden, weight, bias, cfg)
     if not return_stats:
@@ -594,7 +783,9 @@ def linear_logprobs(hidden, weight, labels, bias=None, *, temperature=1.0,
                     softcap=0.0, entropy=False, ignore_index=-100,
                     chunk_rows=0, grad_accum=None, process_group=None,
                     vocab_start=0, vocab_total=None, vocab_block=None,
-                    threads=0):
+                    threads=0, _device_type="cpu"):
+    """Per-token log p(label) (and the entropy), differentiable in both;
+    CPU tensors, or CUDA tensors with _device_type='cuda'."""
     fn = "xent.linear_logprobs"
     if not isinstance(labels, torch.Tensor):
         raise XentTypeError("%s: labels must be a torch.Tensor, got %s"
@@ -602,6 +793,7 @@ def linear_logprobs(hidden, weight, labels, bias=None, *, temperature=1.0,
     opts = dict(ignore_index=ignore_index, reduction="none",
                 temperature=temperature, softcap=softcap, threads=threads)
     cfg = _cfg(fn, labels, opts, chunk_rows, grad_accum, weight,
-               process_group, vocab_start, vocab_total, vocab_block)
+               process_group, vocab_start, vocab_total, vocab_block,
+               _device_type)
     cfg.entropy = bool(entropy)
     return _LinearLP.apply(hidden, weight, bias, cfg)

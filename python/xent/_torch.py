@@ -2,6 +2,7 @@
 CUDA when the library was built with it), the nn.Module, log-probs, and the
 vocabulary-parallel path over torch.distributed."""
 import ctypes
+import threading
 
 import torch
 
@@ -136,6 +137,72 @@ def _p(t):
     return None if t is None else t.data_ptr()
 
 
+# --- [T, V] gradient buffers on the CPU -------------------------------------
+# A gradient is a new [T, V] tensor on every call (autograd hands it on). On
+# the CPU a fresh buffer of that size comes straight from the kernel (mmap)
+# and is returned to it when freed, so every call pays one page fault and
+# one page clear per 4 KiB: about as long as the kernel itself for fp32 at
+# T = 2048, V = 128256 (huge pages cut the faults but stall in compaction on
+# a busy machine). So large CPU gradients come from a small pool of buffers
+# that xent keeps: a buffer is handed out again only once no tensor uses it
+# any more (its NumPy owner has no reference but the pool's), the way torch's
+# CUDA caching allocator reuses device memory. The memory of the last few
+# gradients therefore stays with the process; release_buffers() frees what
+# no tensor uses, and REUSE_BUFFERS = False turns the pool off.
+REUSE_BUFFERS = True
+_REUSE_MIN = 8 << 20           # bytes: smaller buffers come from torch.empty
+_POOL_MAX = 4                  # buffers kept at most (free or in use)
+_pool = []                     # [numpy uint8 arrays]
+_pool_lock = threading.Lock()
+
+
+def release_buffers():
+    """Frees the pooled gradient buffers that no tensor uses; returns the
+    number of bytes freed."""
+    import sys
+    n = 0
+    with _pool_lock:
+        keep = []
+        while _pool:
+            a = _pool.pop()
+            if sys.getrefcount(a) > 2:     # `a`, getrefcount's argument
+                keep.append(a)
+            else:
+                n += a.nbytes
+            del a
+        _pool.extend(reversed(keep))
+    return n
+
+
+def empty_rows(shape, dtype, device):
+    """An uninitialized contiguous tensor for a buffer that the kernel writes
+    whole (the gradient): torch.empty, or on the CPU for a large one a
+    buffer of the pool (see REUSE_BUFFERS)."""
+    n = torch.Size(shape).numel() * torch.empty(0, dtype=dtype).element_size()
+    if (not REUSE_BUFFERS or torch.device(device).type != "cpu"
+            or n < _REUSE_MIN):
+        return torch.empty(shape, dtype=dtype, device=device)
+    import sys
+    import numpy as np
+    with _pool_lock:
+        arr = None
+        for a in _pool:       # refs of a free one: _pool, `a`, the argument
+            if a.nbytes == n and sys.getrefcount(a) <= 3:
+                arr = a
+                break
+        if arr is None:
+            arr = np.empty(n, dtype=np.uint8)
+            if len(_pool) >= _POOL_MAX:     # make room: drop a free one
+                for i, a in enumerate(_pool):
+                    if sys.getrefcount(a) <= 3:
+                        del _pool[i]
+                        break
+            if len(_pool) < _POOL_MAX:
+                _pool.append(arr)
+        a = None
+        return torch.from_numpy(arr).view(dtype).view(shape)
+
+
 def _out(loss=None, stats=None, lp=None, ent=None):
     o = C.CeOutput()
     o.loss, o.stats = _p(loss), _p(stats)
@@ -159,14 +226,19 @@ def _vocab_total(V, device, group):
     return int(t.item())
 
 
-def forward_stats(prep, opts, reduction, group=None):
+def forward_stats(prep, opts, reduction, group=None, grad=None):
     """Loss ([T] or [1] float32), per-row stats ([T, 2] float64) and the
-    number of counted rows ([1] int64), all on the logits' device."""
+    number of counted rows ([1] int64), all on the logits' device. grad
+    (unsharded only): a dense [T, V] tensor of the logits' dtype that the
+    same kernel call fills with dL/dz (upstream gradient opts.grad_scale)."""
     loss = prep.empty(prep.T if reduction == "none" else 1)
     stats = prep.empty(prep.T, C.STATS_DOUBLES, dtype=torch.float64)
     count = prep.empty(1, dtype=torch.int64)
     out = _out(loss, stats)
     out.n_counted = count.data_ptr()
+    if grad is not None:
+        out.grad, out.grad_dtype, out.ld_grad = (grad.data_ptr(), prep.dtype,
+                                                 prep.V)
     be = prep.backend
     if group is None:
         be.call("ce", ctypes.byref(prep.inp), ctypes.byref(opts),
@@ -182,18 +254,58 @@ def forward_stats(prep, opts, reduction, group=None):
     return loss, stats, count
 
 
+# The CPU fwd+bwd fusion: when the logits need a gradient and the loss is a
+# scalar, the forward's kernel call also writes the gradient for an upstream
+# gradient of 1 (one pass over the logits, as the C call xent_ce: the
+# backward then costs nothing when the upstream gradient is exactly 1, the
+# usual loss.backward()); any other upstream gradient recomputes it from the
+# saved logits and statistics, exactly as without the fusion. The price: the
+# [T, V] gradient is held from the forward to the backward (torch's own
+# F.cross_entropy holds its [T, V] log-softmax the same way).
+FUSED_BACKWARD = True
+
+
+def set_fused_backward(enabled):
+    """Turns the CPU fwd+bwd fusion on or off (xent.cross_entropy and
+    xent.nn.functional.cross_entropy); returns the previous setting. Off,
+    nothing [T, V] is held between the forward and the backward, and the
+    backward reads the logits again (about 1.7x the time of fwd+bwd)."""
+    global FUSED_BACKWARD
+    prev, FUSED_BACKWARD = FUSED_BACKWARD, bool(enabled)
+    return prev
+
+
+def take_fused_grad(ctx, g):
+    """The gradient the fused forward stored in ctx.pre when the upstream
+    gradient g (a scalar tensor) is exactly 1, else None. Hands the tensor
+    over (ctx.pre is cleared, so autograd can keep it as .grad without a
+    copy, and a second backward recomputes)."""
+    pre, ctx.pre = ctx.pre, None
+    if pre is None or g.numel() != 1 or float(g) != 1.0:
+        return None
+    return pre
+
+
 class _CrossEntropy(torch.autograd.Function):
     """Saves the logits and the per-row stats; the backward recomputes the
-    softmax from them (a second read of the logits, no [T, V] saved)."""
+    softmax from them (a second read of the logits), except on the CPU fast
+    path (FUSED_BACKWARD) where the forward already wrote the gradient."""
 
     @staticmethod
     def forward(ctx, logits, labels, cfg):
         prep = Prepared(logits, labels, exact=cfg.exact)
         opts = C.make_opts(**cfg.opts)
+        grad = None
+        if (FUSED_BACKWARD and ctx.needs_input_grad[0] and cfg.group is None
+                and not cfg.inplace and cfg.reduction != "none"
+                and logits.device.type == "cpu" and prep.T and prep.V):
+            grad = empty_rows(tuple(logits.shape), logits.dtype,
+                              logits.device)
         loss, stats, count = forward_stats(prep, opts, cfg.reduction,
-                                           cfg.group)
+                                           cfg.group, grad=grad)
         ctx.cfg, ctx.prep_labels, ctx.count = cfg, prep.labels, count
         ctx.save_for_backward(logits, stats)
+        ctx.pre = grad
         ctx.done = False
         if cfg.reduction == "none":
             return loss.view(prep.batch_shape)
@@ -208,6 +320,9 @@ class _CrossEntropy(torch.autograd.Function):
                             "already holds the gradient; a second backward "
                             "is not possible", C.ERR_VALUE)
         ctx.done = True
+        pre = take_fused_grad(ctx, g) if ctx.pre is not None else None
+        if pre is not None:
+            return pre, None, None
         prep = Prepared(logits, None, need_labels=False, exact=cfg.exact)
         prep.labels = ctx.prep_labels
         prep.inp.labels = prep.labels.data_ptr()
@@ -218,8 +333,8 @@ class _CrossEntropy(torch.autograd.Function):
         if cfg.inplace:                         # dL/dz over the logits
             grad, ldg = logits, prep.ld
         else:                                   # [..., V], dense rows
-            grad = torch.empty_like(logits,
-                                    memory_format=torch.contiguous_format)
+            grad = empty_rows(tuple(logits.shape), logits.dtype,
+                              logits.device)
             ldg = prep.V
         prep.backend.call("ce_backward", ctypes.byref(prep.inp),
                           ctypes.byref(opts),

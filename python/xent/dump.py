@@ -142,6 +142,29 @@ _TORCH_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16",
                  "fp64": "float64"}
 
 
+def _fix_gguf_pretokenizer(tok, path):
+    """transformers builds a GGUF's BPE tokenizer with the byte-level
+    pre-tokenizer alone, whatever `tokenizer.ggml.pre` says. For the
+    pre-types whose model splits digits one by one before the byte-level
+    step (llama.cpp's "smollm": SmolLM/SmolLM2's tokenizer.json), put the
+    digit split back, so that the ids equal the model's own tokenizer's
+    (and xent's: `xent audit` reads the same GGUF)."""
+    try:
+        from gguf import GGUFReader
+        from tokenizers import pre_tokenizers as pt
+    except ImportError:
+        return
+    field = GGUFReader(path).fields.get("tokenizer.ggml.pre")
+    if field is None:
+        return
+    pre = bytes(field.parts[field.data[0]]).decode("utf-8", "replace")
+    backend = getattr(tok, "backend_tokenizer", None)
+    if pre == "smollm" and backend is not None:
+        backend.pre_tokenizer = pt.Sequence([
+            pt.Digits(individual_digits=True),
+            pt.ByteLevel(add_prefix_space=False, use_regex=True)])
+
+
 def load_hf(model, dtype="fp32", offline=True, tokenizer=True):
     """(model, tokenizer) from a local directory or a .gguf file (through
     transformers' gguf_file=, which needs the `gguf` and `accelerate`
@@ -160,6 +183,8 @@ def load_hf(model, dtype="fp32", offline=True, tokenizer=True):
     else:
         d = model
     tok = AutoTokenizer.from_pretrained(d, **kw) if tokenizer else None
+    if tok is not None and "gguf_file" in kw:
+        _fix_gguf_pretokenizer(tok, model)
     # GGUF weights are dequantized to fp32; other dtypes are a cast of that.
     m = AutoModelForCausalLM.from_pretrained(
         d, dtype=torch.float32 if "gguf_file" in kw else tdt, **kw)

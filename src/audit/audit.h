@@ -6,6 +6,7 @@
  *                  and config files, the reference check
  *   result.c       result arrays, per-variant summaries
  *   tables.c       console tables (cells shared with the HTML page)
+ *   result.c       also the verdict (budgets, where the error enters)
  *   audit_json.c   --json;  audit_html.c  --html (inline SVG)
  *   audit_run.c    drives the model engine: reference + one run per variant
  * Definitions of every metric: docs/audit.md. */
@@ -179,6 +180,12 @@ typedef struct xent_audit_result {
     double *loss_scale;          /* [n_variants] scale used (1 = none) */
     double *seconds;             /* [n_variants] wall time of the run */
     double *loss;                /* [n_variants] the scalar loss */
+    /* text of each token (the model's tokenizer, xent_detokenize of the one
+     * id): token i is token_text + token_text_off[i], NUL-terminated, raw
+     * bytes (a byte-level token may hold part of a UTF-8 character). NULL
+     * both when the model has no tokenizer. */
+    char *token_text;            /* NULL or the texts, each NUL-terminated */
+    int64_t *token_text_off;     /* NULL or [n_tokens] offsets into it      */
 } xent_audit_result;
 
 /* Allocates the arrays for nv variants, ne entries, nt targets, nk tokens
@@ -186,6 +193,17 @@ typedef struct xent_audit_result {
 xent_status xent__audit_result_alloc(xent_audit_result *r, int nv, int ne,
                                      int64_t nt, int64_t nk);
 void xent__audit_result_free(xent_audit_result *r);
+
+/* Fills r->token_text / token_text_off from r->tokens with tk (NULL tk:
+ * leaves them NULL). */
+xent_status xent__audit_result_token_text(xent_audit_result *r,
+                                          const xent_tokenizer *tk);
+/* Text of token i (0 <= i < n_tokens), NULL when there is none. */
+const char *xent__audit_token_text(const xent_audit_result *r, int64_t i);
+/* Bytes of the valid UTF-8 character at s (1-4), 0 when s does not start
+ * one (a stray continuation byte, an overlong or cut sequence, a surrogate)
+ * or *s is NUL. */
+int xent__audit_utf8_len(const char *s);
 
 /* Dead zone: targets whose variant value is exactly 0 while the reference
  * value is not. */
@@ -205,6 +223,42 @@ typedef struct xent_audit_summary {
 
 void xent__audit_summarize(const xent_audit_result *r, int variant,
                            xent_audit_summary *s);
+
+/* The verdict (docs/audit.md, "Verdict"): three figures per variant and
+ * the tightest budget that holds all three.
+ *   logits_pct  relative RMS error of the logits, %
+ *   logprob     RMS error of the chosen-token log-probs, nats
+ *   grad_pct    median relative RMS error of the linear layers' weight
+ *               gradients, % (NaN when the model has none: not judged)
+ * budget: index into xent__audit_budgets (0 tightest), or
+ * XENT_AUDIT_N_BUDGETS when none holds (or a figure is not finite). */
+#define XENT_AUDIT_N_BUDGETS 3
+typedef struct xent_audit_budget {
+    const char *name;     /* "tight", "training", "loose"  */
+    const char *use;      /* what it is good for, one phrase */
+    double logits_pct, logprob, grad_pct;
+} xent_audit_budget;
+extern const xent_audit_budget xent__audit_budgets[XENT_AUDIT_N_BUDGETS];
+
+typedef struct xent_audit_verdict {
+    double logits_pct, logprob, grad_pct;
+    int budget;
+    /* where the error enters: the first tensor along the forward chain
+     * (embeddings, layer outputs, final norm, logits) whose relative error
+     * exceeds half that of the chain's last tensor (the logits), and the
+     * same along the backward chain (dL/dlogits, gradients at the layer
+     * inputs from the last layer down, the embeddings' output gradient);
+     * -1 when the chain's last error is 0 or not finite */
+    int fw_entry, bw_entry;
+    double fw_final_pct, bw_final_pct; /* the chains' last errors, % */
+} xent_audit_verdict;
+
+void xent__audit_verdict(const xent_audit_result *r, int variant,
+                         xent_audit_verdict *v);
+/* Index of the tensor where the error enters (see fw_entry); final: the
+ * chain's last relative error (fraction, not %). */
+int xent__audit_error_entry(const xent_audit_result *r, int variant,
+                            int backward, double *final);
 
 /* Prints v with `decimals` digits after the point chosen so the value keeps
  * two significant figures: the number of decimals for a column is the
@@ -237,6 +291,7 @@ void xa_build_fw(xa_table *t, const xent_audit_result *r);
 void xa_build_bw(xa_table *t, const xent_audit_result *r);
 void xa_build_grad(xa_table *t, const xent_audit_result *r);
 void xa_build_lp(xa_table *t, const xent_audit_result *r);
+void xa_build_verdict(xa_table *t, const xent_audit_result *r);
 
 void xent__audit_print_tables(const xent_audit_result *r, FILE *f);
 xent_status xent__audit_write_json(const xent_audit_result *r, const char *path);
@@ -262,6 +317,13 @@ typedef struct xent_audit_opts {
     int gemm_device;       /* default 0; 1: the variants' matrix products on
                               the GPU (cuBLAS, real tensor-core bf16/f16
                               products); the fp32 reference stays on the CPU */
+    /* default NULL; else called as each layer of a run finishes: variant
+     * (index in the list), layer in [0, n_layers), backward 0 for the
+     * forward pass, 1 for the backward pass (layers from n_layers - 1 down
+     * to 0). A run that reuses the previous run's forward reports its backward only. */
+    void (*on_layer)(void *ctx, int variant, int layer, int n_layers,
+                     int backward);
+    void *on_layer_ctx;
 } xent_audit_opts;
 
 void xent__audit_opts_init(xent_audit_opts *o);

@@ -1,6 +1,7 @@
 /* src/audit/audit_json.c: `xent audit --json FILE`: every metric of every
- * tensor and variant, the settings, the exact token ids and the
- * chosen-token log-probabilities. Non-finite numbers are written as null. */
+ * tensor and variant, the settings, the exact token ids (and their text
+ * when the model has a tokenizer) and the chosen-token log-probabilities.
+ * Non-finite numbers are written as null. */
 #include "audit/audit.h"
 #include "core/xent_math.h"
 
@@ -33,6 +34,23 @@ static void jstr(FILE *f, const char *s) {
     fputc('"', f);
 }
 
+/* A JSON string of raw bytes: invalid UTF-8 bytes become U+FFFD. */
+static void jstr_bytes(FILE *f, const char *s) {
+    fputc('"', f);
+    while (*s) {
+        unsigned char c = (unsigned char)*s;
+        int n = xent__audit_utf8_len(s);
+        if (n == 0) { fputs("\\ufffd", f); s++; continue; }
+        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+        else if (c == '\n') fputs("\\n", f);
+        else if (c == '\t') fputs("\\t", f);
+        else if (c < 0x20) fprintf(f, "\\u%04x", c);
+        else fwrite(s, 1, (size_t)n, f);
+        s += n;
+    }
+    fputc('"', f);
+}
+
 static void write_settings(FILE *f, const xent_audit_result *r) {
     fputs("  \"settings\": {\"model\": ", f);
     jstr(f, r->model);
@@ -59,6 +77,19 @@ static void write_tokens(FILE *f, const xent_audit_result *r) {
         fputs(b ? ",\n    [" : "\n    [", f);
         for (int64_t s = 0; s < r->seq_len; s++)
             fprintf(f, s ? ", %d" : "%d", r->tokens[b * r->seq_len + s]);
+        fputc(']', f);
+    }
+    fputs("\n  ],\n", f);
+    if (!r->token_text) return;
+    /* the text of each token, the same rows (invalid UTF-8: U+FFFD) */
+    fputs("  \"token_text\": [", f);
+    for (int64_t b = 0; b < r->batch; b++) {
+        fputs(b ? ",\n    [" : "\n    [", f);
+        for (int64_t s = 0; s < r->seq_len; s++) {
+            if (s) fputs(", ", f);
+            const char *t = xent__audit_token_text(r, b * r->seq_len + s);
+            jstr_bytes(f, t ? t : "");
+        }
         fputc(']', f);
     }
     fputs("\n  ],\n", f);

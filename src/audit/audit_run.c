@@ -447,9 +447,24 @@ static void fill_settings(const xent_model *m, const int32_t *tokens,
     memcpy(r->tokens, tokens, sizeof(int32_t) * (size_t)(B * S));
 }
 
+/* Per-layer progress: the model engine's layer hook
+ * (xent_model_run_opts.on_layer(ctx, layer, backward) after each layer's
+ * forward and backward, model/model.h) forwarded to o->on_layer with the
+ * variant's index. */
+typedef struct layer_relay {
+    const xent_audit_opts *o;
+    int variant, n_layers;
+} layer_relay;
+
+static void relay_layer(void *ctx, int64_t layer, int backward) {
+    const layer_relay *lr = ctx;
+    lr->o->on_layer(lr->o->on_layer_ctx, lr->variant, (int)layer, lr->n_layers, backward);
+}
+
 static xent_status run_one(const xent_model *m, xent_model_ws *ws,
                            const xent_precision *p, const int32_t *tokens,
-                           int64_t B, int64_t S, int threads, int gemm_device,
+                           int64_t B, int64_t S, const xent_audit_opts *o,
+                           int gemm_device, int variant,
                            xent_model_record *rec) {
     xent_model_run_opts ro;
     xent_model_run_opts_init(&ro);
@@ -458,8 +473,13 @@ static xent_status run_one(const xent_model *m, xent_model_ws *ws,
     ro.tokens = tokens;
     ro.backward = 1;
     ro.record = 1;
-    ro.threads = threads;
+    ro.threads = o->threads;
     ro.gemm_device = gemm_device;
+    layer_relay lr = {o, variant, (int)m->cfg.n_layers};
+    if (o->on_layer) {
+        ro.on_layer = relay_layer;
+        ro.on_layer_ctx = &lr;
+    }
     return xent_model_run(m, ws, p, &ro, rec);
 }
 
@@ -497,7 +517,7 @@ static xent_status run_and_compare(const xent_model *m, const int32_t *tokens,
                                    xent_audit_result *r, int v) {
     double t0 = now_s();
     xent_model_record rec;
-    xent_status st = run_one(m, b->ws, p, tokens, B, S, o->threads, o->gemm_device, &rec);
+    xent_status st = run_one(m, b->ws, p, tokens, B, S, o, o->gemm_device, v, &rec);
     if (st) return st;
     r->seconds[v] = now_s() - t0;
     r->loss[v] = rec.loss;
@@ -547,7 +567,7 @@ static xent_status audit_reference(const xent_model *m, const int32_t *tokens,
     xent_precision p = r->variants.v[v].p;
     p.loss_scale = 1.0;
     double t0 = now_s();
-    xent_status st = run_one(m, b->ws, &p, tokens, B, S, o->threads, 0, ref);
+    xent_status st = run_one(m, b->ws, &p, tokens, B, S, o, 0, v, ref);
     if (st) return st;
     r->seconds[v] = now_s() - t0;
     r->loss[v] = ref->loss;
@@ -583,6 +603,11 @@ xent_status xent__audit_run(const xent_model *m, const int32_t *tokens,
     r->variants = *vs;
     r->ref = ref;
     fill_settings(m, tokens, B, S, o, r);
+    st = xent__audit_result_token_text(r, m->tok);
+    if (st) {
+        xent__audit_result_free(r);
+        return st;
+    }
     audit_bufs b;
     st = bufs_new(m, B, S, ne, nt, &b);
     if (!st) r->n_entries = build_entries(m, r, b.srcs);

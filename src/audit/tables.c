@@ -213,6 +213,52 @@ void xa_build_variants(xa_table *t, const xent_audit_result *r) {
     }
 }
 
+/* The tensor where the error enters, or "-". */
+static void enters_cell(char *buf, size_t n, const xent_audit_result *r, int e) {
+    if (e < 0) { snprintf(buf, n, "-"); return; }
+    snprintf(buf, n, "%s", r->entries[e].name);
+}
+
+void xa_build_verdict(xa_table *t, const xent_audit_result *r) {
+    static const char *const h[] = {"variant", "logits %", "log p RMS nats",
+                                    "grad med %", "budget", "forward error enters",
+                                    "backward error enters"};
+    xa_table_init(t, "Verdict: the tightest budget each variant meets", 7, h,
+                  r->variants.n);
+    t->left[4] = t->left[5] = t->left[6] = 1;
+    fill_names(t, r);
+    double lg[XA_MAX_ROWS], lp[XA_MAX_ROWS], gr[XA_MAX_ROWS];
+    for (int i = 0; i < r->variants.n; i++) {
+        xent_audit_verdict vd;
+        xent__audit_verdict(r, i, &vd);
+        lg[i] = vd.logits_pct;
+        lp[i] = vd.logprob;
+        gr[i] = vd.grad_pct;
+        char buf[XA_CELL];
+        if (i == r->ref) snprintf(buf, sizeof buf, "reference");
+        else if (vd.budget < XENT_AUDIT_N_BUDGETS)
+            snprintf(buf, sizeof buf, "%s", xent__audit_budgets[vd.budget].name);
+        else snprintf(buf, sizeof buf, "over every budget");
+        xa_table_text(t, i, 4, buf);
+        enters_cell(buf, sizeof buf, r, vd.fw_entry);
+        xa_table_text(t, i, 5, buf);
+        enters_cell(buf, sizeof buf, r, vd.bw_entry);
+        xa_table_text(t, i, 6, buf);
+    }
+    xa_table_column(t, 1, lg, XA_SIG2);
+    xa_table_column(t, 2, lp, XA_SIG2);
+    xa_table_column(t, 3, gr, XA_SIG2);
+    const xent_audit_budget *b = xent__audit_budgets;
+    char note[600];
+    snprintf(note, sizeof note,
+             "(budgets, logits %% / log p nats / grad %%: %.8s %g/%g/%g, %.8s %g/%g/%g, "
+             "%.8s %g/%g/%g; docs/audit.md, \"Verdict\")",
+             b[0].name, b[0].logits_pct, b[0].logprob, b[0].grad_pct, b[1].name,
+             b[1].logits_pct, b[1].logprob, b[1].grad_pct, b[2].name, b[2].logits_pct,
+             b[2].logprob, b[2].grad_pct);
+    snprintf(t->note, sizeof t->note, "%.199s", note);
+}
+
 /* Variants with non-finite values in some tensor. */
 static void print_nonfinite(const xent_audit_result *r, FILE *f) {
     for (int v = 0; v < r->variants.n; v++) {
@@ -253,6 +299,8 @@ void xent__audit_print_tables(const xent_audit_result *r, FILE *f) {
     xa_build_grad(t, r);
     xa_table_print(t, f);
     xa_build_lp(t, r);
+    xa_table_print(t, f);
+    xa_build_verdict(t, r);
     xa_table_print(t, f);
     print_nonfinite(r, f);
     free(t);

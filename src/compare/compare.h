@@ -28,6 +28,9 @@ typedef struct xent__cmp_series {
     int64_t nmask;
     double *ent;       /* [nent] per-token entropy (JSONL "entropy"), or NULL */
     int64_t nent;
+    uint8_t *lmask;    /* [nlmask] per-token 0/1 mask of the JSONL lines
+                          ("mask" or xent__cmp_keys.mask), or NULL        */
+    int64_t nlmask;
 } xent__cmp_series;
 
 void xent__cmp_series_free(xent__cmp_series *s);
@@ -40,7 +43,8 @@ xent__cmp_fmt xent__cmp_format(const char *spec);
 xent_status xent__cmp_slurp(const char *path, char **buf, size_t *len);
 
 /* Log-probs from .npy / .safetensors[:NAME] (float dtypes), .jsonl / .json
- * (objects with "logprobs", optional "tokens" and "prompt_len") or text
+ * (objects with "logprobs", optional "tokens", "prompt_len", "entropy" and
+ * "mask") or text
  * (one number per line; nan, inf, -inf accepted). */
 xent_status xent__cmp_load_logprobs(const char *spec, xent__cmp_series *out);
 /* Token ids: an integer tensor, text (one integer per line), JSON Lines
@@ -51,6 +55,19 @@ xent_status xent__cmp_load_ids(const char *spec, xent__cmp_series *out);
 /* Integers (offsets) or 0/1 values (mask) from a tensor or text file. */
 xent_status xent__cmp_load_ints(const char *spec, int64_t **v, int64_t *n);
 
+/* The JSON Lines keys of a log-prob source: lp holds the log-probs (NULL:
+ * "logprobs"), mask the per-token 0/1 mask (NULL: "mask"); lp_flag and
+ * mask_flag name the flags that set them in messages (or NULL). Keys are
+ * matched on their decoded text, at most XENT__CMP_KEY_MAX bytes. */
+#define XENT__CMP_KEY_MAX 256
+typedef struct xent__cmp_keys {
+    const char *lp, *lp_flag, *mask, *mask_flag;
+} xent__cmp_keys;
+/* xent__cmp_load_logprobs with the keys of a JSON Lines source (keys may
+ * be NULL: the defaults; they are not used for other formats). */
+xent_status xent__cmp_load_logprobs_keys(const char *spec, const xent__cmp_keys *keys,
+                                         xent__cmp_series *out);
+
 /* Parsers on a NUL-terminated buffer (`name` is used in messages). */
 xent_status xent__cmp_parse_text(const char *name, const char *buf, size_t len,
                                  double **v, int64_t *n);
@@ -60,6 +77,11 @@ xent_status xent__cmp_parse_text_ints(const char *name, const char *buf,
  * need_lp: "logprobs" is required on every line. */
 xent_status xent__cmp_parse_json(const char *name, const char *buf, size_t len,
                                  int need_lp, xent__cmp_series *out);
+/* The same with the keys of the log-probs and of the mask (NULL: the
+ * defaults). */
+xent_status xent__cmp_parse_json_keys(const char *name, const char *buf, size_t len,
+                                      int need_lp, const xent__cmp_keys *keys,
+                                      xent__cmp_series *out);
 
 /* ------------------------------------------------------------------------ */
 /* Options and results                                                       */
@@ -240,8 +262,6 @@ xent_status xent__cmp_compute(const xent__cmp_data *d,
  * the used tokens use[n]. */
 xent_status xent__cmp_rl_metrics(const xent__cmp_data *d, const uint8_t *use,
                                  const xent__cmp_opts *opts, xent__cmp_result *res);
-/* e^x - 1 - x without cancellation (the K3 estimator's term). */
-double xent__cmp_k3(double x);
 
 /* Bootstrap over per-unit sufficient statistics (boot.c). */
 typedef struct xent__cmp_unit {
@@ -276,6 +296,10 @@ typedef struct xent__cmp_cfg {
                                           failure                          */
     FILE *err;                         /* messages (NULL: stderr)          */
     xent__cmp_opts opts;
+    /* JSON Lines keys (NULL: "logprobs", "logprobs", "mask"): the log-probs
+     * of A (--key-a) and of B (--key-b), the per-token mask of every
+     * log-prob source (--key-mask) */
+    const char *key_a, *key_b, *key_mask;
 } xent__cmp_cfg;
 
 /* The name of the first non-finite headline statistic of r (mean, RMS, sum

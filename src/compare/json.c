@@ -3,8 +3,11 @@
  * Accepts RFC 8259 JSON plus the bare tokens NaN, Infinity and -Infinity
  * that Python's json module writes. The input is a sequence of top-level
  * values separated by white space (JSON Lines is the usual case):
- *   {"tokens": [..], "logprobs": [..], "prompt_len": k, "entropy": [..], ...}
- *                                     one sequence (entropy: per token, nats)
+ *   {"tokens": [..], "logprobs": [..], "prompt_len": k, "entropy": [..],
+ *    "mask": [0, 1, ..], ...}         one sequence (entropy: per token, nats;
+ *                                     mask: 1 = the token enters the
+ *                                     statistics; the log-prob and mask
+ *                                     keys may be renamed: xent__cmp_keys)
  *   {"tokens": [[..], [..]], ...}     token ids of several sequences (audit)
  *   [[..], [..]] or [..]              token ids only
  * Every byte is bounds-checked against the buffer's end (the buffer is also
@@ -245,11 +248,19 @@ static xent_status vpush(vec *v, const void *x, size_t sz, const char *name) {
     return XENT_OK;
 }
 
+/* " (--key-a)" after a message about a key a flag named, else "". */
+static void flag_note(char *buf, size_t cap, const char *flag) {
+    if (flag) snprintf(buf, cap, " (%s)", flag);
+    else if (cap) buf[0] = 0;
+}
+
 /* An array of log-probs (or entropies, key = "entropy"): numbers, or null
- * (read as NaN: a missing value). */
-static xent_status jnumbers(jcur *c, vec *lp, const char *key) {
-    char msg[64];
-    snprintf(msg, sizeof msg, "\"%s\" must be an array of numbers", key);
+ * (read as NaN: a missing value). flag: the flag that named the key, or
+ * NULL. */
+static xent_status jnumbers(jcur *c, vec *lp, const char *key, const char *flag) {
+    char msg[400], note[64];
+    flag_note(note, sizeof note, flag);
+    snprintf(msg, sizeof msg, "\"%.256s\"%s must be an array of numbers", key, note);
     if (peek(c) != '[') return jfail(c, msg);
     c->p++;
     ws(c);
@@ -266,7 +277,48 @@ static xent_status jnumbers(jcur *c, vec *lp, const char *key) {
         int ch = peek(c);
         if (ch == ',') { c->p++; ws(c); continue; }
         if (ch == ']') { c->p++; return XENT_OK; }
-        snprintf(msg, sizeof msg, "expected ',' or ']' in \"%s\"", key);
+        snprintf(msg, sizeof msg, "expected ',' or ']' in \"%.256s\"%s", key, note);
+        return jfail(c, msg);
+    }
+}
+
+/* A per-token mask: an array of 0, 1, false, true. */
+static xent_status jmask(jcur *c, vec *m, const char *key, const char *flag) {
+    char msg[400], note[64];
+    flag_note(note, sizeof note, flag);
+    snprintf(msg, sizeof msg, "\"%.256s\"%s must be an array of 0 and 1", key, note);
+    if (peek(c) != '[') return jfail(c, msg);
+    c->p++;
+    ws(c);
+    if (peek(c) == ']') { c->p++; return XENT_OK; }
+    for (int64_t k = 0;; k++) {
+        uint8_t v;
+        if (lit(c, "true")) v = 1;
+        else if (lit(c, "false")) v = 0;
+        else {
+            double d;
+            int ii;
+            int64_t iv;
+            const char *at = c->p;
+            xent_status s = peek(c) == '-' || (peek(c) >= '0' && peek(c) <= '9')
+                                ? jnumber(c, &d, &ii, &iv) : jfail(c, msg);
+            if (s) return s;
+            if (!ii || (iv != 0 && iv != 1)) {
+                c->p = at;
+                size_t w = strcspn(at, ",]} \t\r\n");
+                snprintf(msg, sizeof msg, "\"%.256s\"[%lld] = %.*s is not 0 or 1%s", key,
+                         (long long)k, (int)(w > 40 ? 40 : w), at, note);
+                return jfail(c, msg);
+            }
+            v = (uint8_t)iv;
+        }
+        xent_status s = vpush(m, &v, sizeof v, c->name);
+        if (s) return s;
+        ws(c);
+        int ch = peek(c);
+        if (ch == ',') { c->p++; ws(c); continue; }
+        if (ch == ']') { c->p++; return XENT_OK; }
+        snprintf(msg, sizeof msg, "expected ',' or ']' in \"%.256s\"%s", key, note);
         return jfail(c, msg);
     }
 }
@@ -325,30 +377,52 @@ static xent_status jids_nested(jcur *c, vec *tok, vec *off) {
 typedef struct {
     vec lp, tok, off, plen;  /* double, int64, int64 (ends), int64         */
     vec ent;                 /* double                                      */
-    int64_t nobj, nobj_tok, nobj_plen, nobj_ent;
+    vec mask;                /* uint8                                       */
+    int64_t nobj, nobj_tok, nobj_plen, nobj_ent, nobj_mask;
+    const char *lp_key, *lp_flag, *mask_key, *mask_flag;
 } jstate;
 
+/* Appends the key (quoted, comma-separated) to a short list of the keys an
+ * object has, for the message about a missing key. */
+static void note_key(char *list, size_t cap, const char *key, int trunc) {
+    size_t n = strlen(list);
+    if (n + 8 >= cap) return;
+    int w = snprintf(list + n, cap - n, "%s\"%.40s%s\"", n ? ", " : "", key,
+                     trunc || strlen(key) > 40 ? "..." : "");
+    if (w < 0 || (size_t)w >= cap - n) snprintf(list + (cap > 5 ? cap - 5 : 0), 5, ", ..");
+}
+
 static xent_status jobject(jcur *c, int need_lp, jstate *st) {
-    int seen_lp = 0, seen_tok = 0, seen_pl = 0, seen_ent = 0;
+    int seen_lp = 0, seen_tok = 0, seen_pl = 0, seen_ent = 0, seen_mask = 0;
     int64_t lp0 = st->lp.n, tok0 = st->tok.n, off0 = st->off.n, ent0 = st->ent.n, plen = 0;
+    int64_t mask0 = st->mask.n;
     int64_t line = c->line;
+    char keys[200] = "", dup[400], fl[64];
     c->p++;
     ws(c);
     if (peek(c) != '}') for (;;) {
-        char key[32];
+        char key[XENT__CMP_KEY_MAX + 1];
         int tr;
         xent_status s = jstring(c, key, sizeof key, &tr);
         if (s) return s;
+        note_key(keys, sizeof keys, key, tr);
         ws(c);
         if (peek(c) != ':') return jfail(c, "expected ':'");
         c->p++;
         ws(c);
-        if (!tr && !strcmp(key, "logprobs") && need_lp) {
-            if (seen_lp++) return jfail(c, "duplicate key \"logprobs\"");
-            s = jnumbers(c, &st->lp, "logprobs");
+        if (!tr && need_lp && !strcmp(key, st->lp_key)) {
+            flag_note(fl, sizeof fl, st->lp_flag);
+            snprintf(dup, sizeof dup, "duplicate key \"%s\"%s", key, fl);
+            if (seen_lp++) return jfail(c, dup);
+            s = jnumbers(c, &st->lp, key, st->lp_flag);
+        } else if (!tr && need_lp && !strcmp(key, st->mask_key)) {
+            flag_note(fl, sizeof fl, st->mask_flag);
+            snprintf(dup, sizeof dup, "duplicate key \"%s\"%s", key, fl);
+            if (seen_mask++) return jfail(c, dup);
+            s = jmask(c, &st->mask, key, st->mask_flag);
         } else if (!tr && !strcmp(key, "entropy") && need_lp) {
             if (seen_ent++) return jfail(c, "duplicate key \"entropy\"");
-            s = jnumbers(c, &st->ent, "entropy");
+            s = jnumbers(c, &st->ent, "entropy", NULL);
         } else if (!tr && !strcmp(key, "tokens")) {
             if (seen_tok++) return jfail(c, "duplicate key \"tokens\"");
             s = need_lp ? jids(c, &st->tok) : jids_nested(c, &st->tok, &st->off);
@@ -377,22 +451,39 @@ static xent_status jobject(jcur *c, int need_lp, jstate *st) {
         (void)off0;
         return XENT_OK;
     }
-    if (!seen_lp)
-        return xent_set_error(XENT_ERR_FORMAT, "%s:%lld: object has no \"logprobs\"",
-                          c->name, (long long)line);
+    if (!seen_lp) {
+        if (st->lp_flag)
+            return xent_set_error(XENT_ERR_FORMAT, "%s:%lld: %s %s: the object has no \"%s\" "
+                              "(its keys: %s)", c->name, (long long)line, st->lp_flag,
+                              st->lp_key, st->lp_key, keys[0] ? keys : "none");
+        return xent_set_error(XENT_ERR_FORMAT, "%s:%lld: object has no \"%s\" (its keys: %s)",
+                          c->name, (long long)line, st->lp_key, keys[0] ? keys : "none");
+    }
     int64_t len = st->lp.n - lp0;
     if (seen_tok && st->tok.n - tok0 != len)
         return xent_set_error(XENT_ERR_SHAPE,
-                          "%s:%lld: \"tokens\" has %lld entries but \"logprobs\" has %lld",
-                          c->name, (long long)line, (long long)(st->tok.n - tok0), (long long)len);
+                          "%s:%lld: \"tokens\" has %lld entries but \"%s\" has %lld",
+                          c->name, (long long)line, (long long)(st->tok.n - tok0), st->lp_key,
+                          (long long)len);
     if (seen_ent && st->ent.n - ent0 != len)
         return xent_set_error(XENT_ERR_SHAPE,
-                          "%s:%lld: \"entropy\" has %lld entries but \"logprobs\" has %lld",
-                          c->name, (long long)line, (long long)(st->ent.n - ent0), (long long)len);
+                          "%s:%lld: \"entropy\" has %lld entries but \"%s\" has %lld",
+                          c->name, (long long)line, (long long)(st->ent.n - ent0), st->lp_key,
+                          (long long)len);
+    flag_note(fl, sizeof fl, st->mask_flag);
+    if (seen_mask && st->mask.n - mask0 != len)
+        return xent_set_error(XENT_ERR_SHAPE,
+                          "%s:%lld: \"%s\"%s has %lld entries but \"%s\" has %lld",
+                          c->name, (long long)line, st->mask_key, fl,
+                          (long long)(st->mask.n - mask0), st->lp_key, (long long)len);
     if ((st->nobj_ent > 0) != seen_ent && st->nobj > 1)
         return xent_set_error(XENT_ERR_FORMAT, "%s:%lld: \"entropy\" must be on every line or on none",
                           c->name, (long long)line);
+    if ((st->nobj_mask > 0) != seen_mask && st->nobj > 1)
+        return xent_set_error(XENT_ERR_FORMAT, "%s:%lld: \"%s\"%s must be on every line or on none",
+                          c->name, (long long)line, st->mask_key, fl);
     st->nobj_ent += seen_ent;
+    st->nobj_mask += seen_mask;
     if (seen_pl && plen > len)
         return xent_set_error(XENT_ERR_VALUE, "%s:%lld: \"prompt_len\" = %lld is above the length %lld",
                           c->name, (long long)line, (long long)plen, (long long)len);
@@ -414,6 +505,7 @@ static void jstate_free(jstate *st) {
     free(st->off.p);
     free(st->plen.p);
     free(st->ent.p);
+    free(st->mask.p);
 }
 
 /* Moves the parsed arrays into the series. */
@@ -440,6 +532,11 @@ static xent_status jfinish(const char *name, int need_lp, jstate *st,
             out->nent = st->ent.n;
             st->ent.p = NULL;
         }
+        if (st->nobj_mask) {
+            out->lmask = st->mask.p;
+            out->nlmask = st->mask.n;
+            st->mask.p = NULL;
+        }
         if (st->nobj_plen) {
             uint8_t *m = malloc((size_t)(out->n ? out->n : 1)); /* [n] */
             if (!m) return xent_set_error(XENT_ERR_ALLOC, "%s: out of memory", name);
@@ -460,9 +557,19 @@ static xent_status jfinish(const char *name, int need_lp, jstate *st,
 
 xent_status xent__cmp_parse_json(const char *name, const char *buf, size_t len,
                                  int need_lp, xent__cmp_series *out) {
+    return xent__cmp_parse_json_keys(name, buf, len, need_lp, NULL, out);
+}
+
+xent_status xent__cmp_parse_json_keys(const char *name, const char *buf, size_t len,
+                                      int need_lp, const xent__cmp_keys *keys,
+                                      xent__cmp_series *out) {
     jcur c = {buf, buf + len, buf, 1, name};
     jstate st;
     memset(&st, 0, sizeof st);
+    st.lp_key = keys && keys->lp ? keys->lp : "logprobs";
+    st.lp_flag = keys && keys->lp ? keys->lp_flag : NULL;
+    st.mask_key = keys && keys->mask ? keys->mask : "mask";
+    st.mask_flag = keys && keys->mask ? keys->mask_flag : NULL;
     memset(out, 0, sizeof *out);
     xent_status s = XENT_OK;
     ws(&c);
@@ -470,8 +577,11 @@ xent_status xent__cmp_parse_json(const char *name, const char *buf, size_t len,
         int ch = peek(&c);
         if (ch == '{') s = jobject(&c, need_lp, &st);
         else if (ch == '[' && !need_lp) s = jids_nested(&c, &st.tok, &st.off);
-        else s = jfail(&c, need_lp ? "expected an object {\"logprobs\": [...], ...}"
-                                   : "expected an object or an array of token ids");
+        else if (need_lp) {
+            char msg[400];
+            snprintf(msg, sizeof msg, "expected an object {\"%s\": [...], ...}", st.lp_key);
+            s = jfail(&c, msg);
+        } else s = jfail(&c, "expected an object or an array of token ids");
         if (!s) {
             int64_t line = c.line;
             ws(&c);
@@ -482,7 +592,8 @@ xent_status xent__cmp_parse_json(const char *name, const char *buf, size_t len,
     if (!s && (need_lp ? st.nobj == 0 : st.off.n == 0))
         s = xent_set_error(XENT_ERR_SHAPE, "%s: no sequences", name);
     if (!s && need_lp && st.lp.n == 0)
-        s = xent_set_error(XENT_ERR_SHAPE, "%s: no log-probs", name);
+        s = xent_set_error(XENT_ERR_SHAPE, "%s: no log-probs (every \"%s\" is empty)", name,
+                           st.lp_key);
     if (!s && !need_lp && st.tok.n == 0)
         s = xent_set_error(XENT_ERR_SHAPE, "%s: no token ids", name);
     if (!s) s = jfinish(name, need_lp, &st, out);

@@ -13,27 +13,6 @@
 const int64_t xent__cmp_pos_edges[XENT__CMP_NPOS - 1] = {64, 256, 1024};
 const double xent__cmp_ent_edges[XENT__CMP_NENT - 1] = {0.01, 0.1, 1.0};
 
-/* e^x - 1 - x without cancellation: for |x| < 1/2 the series
- * x^2 sum_{k=2..17} x^(k-2) / k! in Horner form (the first term left out is
- * below 2^-60 of the sum), else expm1(x) - x (condition number below 5).
- * The same series as libxent's K3 (src/rl/rl_math.h, private to the
- * library); the public xent_rl_kl_estimate takes float log-probs and rounds
- * each estimate to float, which would lose an f64 dump's precision, so the
- * series is repeated here in double. tests/test_compare_metrics.c checks it
- * against xent_rl_kl_estimate and xent_rl_diagnostics on float inputs. */
-double xent__cmp_k3(double x) {
-    static const double inv_fact[16] = { /* 1/k!, k = 2..17 */
-        1.0 / 2, 1.0 / 6, 1.0 / 24, 1.0 / 120, 1.0 / 720, 1.0 / 5040,
-        1.0 / 40320, 1.0 / 362880, 1.0 / 3628800, 1.0 / 39916800,
-        1.0 / 479001600, 1.0 / 6227020800.0, 1.0 / 87178291200.0,
-        1.0 / 1307674368000.0, 1.0 / 20922789888000.0,
-        1.0 / 355687428096000.0};
-    if (!(fabs(x) < 0.5)) return expm1(x) - x;
-    double p = inv_fact[15];
-    for (int k = 14; k >= 0; k--) p = p * x + inv_fact[k];
-    return p * x * x;
-}
-
 static double clampc(double x, double c) { return x > c ? c : (x < -c ? -c : x); }
 
 /* Running sums of one group of tokens. */
@@ -204,7 +183,7 @@ xent_status xent__cmp_rl_metrics(const xent__cmp_data *d, const uint8_t *use,
             t.lw = clampc(t.d, C);
             rl->n_clamped += fabs(t.d) > C;
             t.w = xent__exp(t.lw);
-            t.k3 = xent__cmp_k3(t.lw);
+            t.k3 = xent_rl_k3(t.lw);
             t.chi = expm1(2 * t.lw);
             t.tis = t.w > lt;
             t.mis = t.w > lm;

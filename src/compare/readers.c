@@ -18,6 +18,7 @@ void xent__cmp_series_free(xent__cmp_series *s) {
     free(s->offsets);
     free(s->mask);
     free(s->ent);
+    free(s->lmask);
     memset(s, 0, sizeof *s);
 }
 
@@ -311,6 +312,11 @@ static xent_status row_offsets(const char *spec, int64_t rows, xent__cmp_series 
 }
 
 xent_status xent__cmp_load_logprobs(const char *spec, xent__cmp_series *out) {
+    return xent__cmp_load_logprobs_keys(spec, NULL, out);
+}
+
+xent_status xent__cmp_load_logprobs_keys(const char *spec, const xent__cmp_keys *keys,
+                                         xent__cmp_series *out) {
     memset(out, 0, sizeof *out);
     xent__cmp_fmt f = xent__cmp_format(spec);
     if (f == XENT__FMT_TENSOR) {
@@ -324,7 +330,7 @@ xent_status xent__cmp_load_logprobs(const char *spec, xent__cmp_series *out) {
     size_t len;
     xent_status s = xent__cmp_slurp(spec, &buf, &len);
     if (s) return s;
-    if (f == XENT__FMT_JSON) s = xent__cmp_parse_json(spec, buf, len, 1, out);
+    if (f == XENT__FMT_JSON) s = xent__cmp_parse_json_keys(spec, buf, len, 1, keys, out);
     else s = xent__cmp_parse_text(spec, buf, len, &out->lp, &out->n);
     free(buf);
     if (s) xent__cmp_series_free(out);

@@ -16,7 +16,8 @@ typedef struct {
     int64_t noff;
     int64_t *maskv;            /* from --mask                             */
     int64_t nmaskv;
-    uint8_t *mask;             /* [n] merged                              */
+    uint8_t *mask;             /* [n] from --mask                         */
+    uint8_t *sel;              /* [n] the mask ANDed with the JSONL masks */
 } inputs;
 
 static void inputs_free(inputs *in) {
@@ -24,6 +25,7 @@ static void inputs_free(inputs *in) {
     free(in->offsets);
     free(in->maskv);
     free(in->mask);
+    free(in->sel);
 }
 
 static int fail_msg(FILE *err) {
@@ -37,8 +39,10 @@ static xent_status load_all(const xent__cmp_cfg *cfg, inputs *in) {
     if (cfg->ref_b && !cfg->ref)
         return xent_set_error(XENT_ERR_VALUE, "--ref-b needs --ref (A's reference)");
     for (int k = 0; k < 5; k++) {
+        const char *key = k == SA ? cfg->key_a : k == SB ? cfg->key_b : NULL;
+        xent__cmp_keys keys = {key, k == SA ? "--key-a" : "--key-b", cfg->key_mask, "--key-mask"};
         in->name[k] = lp[k];
-        if (lp[k] && (s = xent__cmp_load_logprobs(lp[k], &in->s[k]))) return s;
+        if (lp[k] && (s = xent__cmp_load_logprobs_keys(lp[k], &keys, &in->s[k]))) return s;
     }
     in->name[STA] = cfg->tokens_a;
     in->name[STB] = cfg->tokens_b;
@@ -164,6 +168,23 @@ static xent_status merge_mask(inputs *in, const uint8_t **mask) {
                                   (*mask)[i] ? "completion" : "prompt", in->name[k],
                                   x->mask[i] ? "completion" : "prompt");
     }
+    /* per-token masks of the JSON Lines ("mask"): a token is selected only
+     * where every one of them says 1 (and the prompt mask / --mask does) */
+    int any = 0;
+    for (int k = 0; k <= SE; k++) any |= in->s[k].lmask != NULL;
+    if (!any) return XENT_OK;
+    in->sel = malloc((size_t)(n ? n : 1)); /* [n] */
+    if (!in->sel) return xent_set_error(XENT_ERR_ALLOC, "compare: out of memory");
+    for (int64_t i = 0; i < n; i++) in->sel[i] = *mask ? (*mask)[i] : 1;
+    for (int k = 0; k <= SE; k++) {
+        const xent__cmp_series *x = &in->s[k];
+        if (!x->lmask) continue;
+        if (x->nlmask != n) /* the reader checks each line; a guard */
+            return xent_set_error(XENT_ERR_SHAPE, "%s: the mask has %" PRId64 " entries but the "
+                              "log-probs have %" PRId64, in->name[k], x->nlmask, n);
+        for (int64_t i = 0; i < n; i++) in->sel[i] &= x->lmask[i];
+    }
+    *mask = in->sel;
     return XENT_OK;
 }
 

@@ -545,7 +545,8 @@ __global__ void __launch_bounds__(XQ_MAX_NT, 3) xq_row_kernel(const xc_params k,
                 const xc_out o = xc_finish(k, w, &p, 1, 0);
                 if (q == 0) xc_emit(k, r, o);
                 if (GRAD)
-                    xc_grad_consts(k, w, o.lse, o.nll, o.nonfinite, rzt, true, sh.gc, false);
+                    xc_grad_consts(k, w, o.lse, o.nll, o.nonfinite, rzt, true, sh.gc, false, NAN,
+                                   o.hm, o.L);
             }
         }
         if (GRAD) { /* pass 2: the gradient; the next row's copy starts here */

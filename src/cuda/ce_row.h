@@ -90,14 +90,22 @@ __device__ __forceinline__ double xc_softplus(double d) {
 struct xc_out {
     double lse, nll, entropy, loss;
     int counted, nonfinite;
+    /* a huge row (|M| or |z'_t| above XC_BIG, no softcap): its raw max and
+     * L = lse - M formed without cancellation, for the gradient's
+     * p_j = exp((z_j - m) / tau - L); hm is NaN for the other rows */
+    double hm, L;
 };
+
+/* Rows whose shift M or target z'_t exceeds this in magnitude take the
+ * huge-row forms (the CPU's BIG, docs/numerics.md "Huge logits"). */
+#define XC_BIG 2048.0
 
 /* A row's partial statistics combined (xc_finish's first half): the
  * largest transformed max M; the sums rescaled to it, in rank order: top
  * (S - 1 of the first part at M), rest (f (S_q + 1) of the others), SX and
  * Z; the target's logit and its owners; the non-finite flag. */
 struct xc_comb {
-    double M, target, top, rest, SX, Z;
+    double M, Mraw, target, top, rest, SX, Z; /* Mraw: the raw max giving M */
     int owners, have_top, nonfinite;
 };
 
@@ -132,6 +140,8 @@ __device__ __forceinline__ void xc_comb_add(xc_comb &c, bool at_max, double sum,
 static __device__ xc_out xc_finish_comb(const xc_params &k, const xc_row &w, xc_comb c) {
     xc_out o;
     o.lse = o.nll = o.entropy = o.loss = 0;
+    o.hm = NAN;
+    o.L = 0;
     o.counted = w.counted;
     o.nonfinite = w.bad || c.nonfinite;
     /* a target claimed by no shard or by two (unchecked combine): NaN row */
@@ -143,13 +153,26 @@ static __device__ xc_out xc_finish_comb(const xc_params &k, const xc_row &w, xc_
     }
     const double M = c.M;
     const double Sm1 = c.have_top ? c.top + c.rest : -1.0, Ssum = Sm1 + 1.0;
+    /* huge rows without a softcap: M - z'_t from the raw values (one
+     * rounding, relative), as the CPU's combine */
+    const bool rel = !(k.softcap > 0) && M != -INFINITY && !(fabs(M) <= XC_BIG);
     double L;
     if (w.counted && c.owners) {
         double zt = xc_tr(k, c.target);
         double logS = Ssum > 0 ? log1p(Sm1) : -INFINITY;
-        double d = (M - zt) + logS; /* lse over j != t, minus z'_t */
+        double dm = rel ? (c.Mraw - c.target) * k.inv_tau : M - zt;
+        double d = dm + logS; /* lse over j != t, minus z'_t */
         o.nll = xc_softplus(d);
         o.lse = zt + o.nll;
+        const bool big = !(k.softcap > 0) && M != -INFINITY &&
+                         (!(fabs(M) <= XC_BIG) || !(fabs(zt) <= XC_BIG));
+        if (big) {
+            /* lse = z'_t + nll cancels when z'_t << M: M + L then */
+            L = logS + xc_softplus(-d);
+            if (d > 0) o.lse = M + L;
+            o.hm = c.Mraw;
+            o.L = L;
+        }
         if (k.entropy) { /* only when asked: three more transcendentals */
             L = logS + xc_softplus(-d);
             double nontarget_h = Ssum > 0 ? exp(-L) * (L * Ssum - c.SX) : 0.0;
@@ -172,7 +195,7 @@ static __device__ xc_out xc_finish(const xc_params &k, const xc_row &w,
                             const xent_ce_partial *parts, int S,
                             int64_t stride) {
     xc_comb c;
-    c.M = -INFINITY;
+    c.M = c.Mraw = -INFINITY;
     c.target = c.top = c.rest = c.SX = c.Z = 0;
     c.owners = c.have_top = c.nonfinite = 0;
     for (int s = 0; s < S; s++) {
@@ -181,15 +204,18 @@ static __device__ xc_out xc_finish(const xc_params &k, const xc_row &w,
         if (p->flags & 1) { c.target = p->target; c.owners++; }
         if (p->max != -INFINITY) {
             double mk = xc_tr(k, p->max);
-            c.M = mk > c.M ? mk : c.M;
+            if (mk > c.M || (mk == c.M && p->max > c.Mraw)) { c.M = mk; c.Mraw = p->max; }
         }
     }
+    /* huge rows without a softcap: the parts' offsets from the raw maxima */
+    const bool rel = !(k.softcap > 0) && c.M != -INFINITY && !(fabs(c.M) <= XC_BIG);
     if (!c.nonfinite && !w.bad)
         for (int s = 0; s < S; s++) {
             const xent_ce_partial *p = parts + (int64_t)s * stride;
             c.Z += p->zsum;
             if (p->max == -INFINITY) continue;
-            const xc_scaled q = xc_part_scaled(xc_tr(k, p->max) - c.M, p->sum, p->sumx);
+            const double off = rel ? (p->max - c.Mraw) * k.inv_tau : xc_tr(k, p->max) - c.M;
+            const xc_scaled q = xc_part_scaled(off, p->sum, p->sumx);
             xc_comb_add(c, q.off == 0, p->sum, q.val, q.sx);
         }
     return xc_finish_comb(k, w, c);
@@ -303,6 +329,8 @@ struct xc_gconst {
     float R, c2, b, A, B;  /* fast path: g_j = A 2^((z_j - R) c2 - b) + B   */
     float K;               /* XC_GM_FUSED: R c2 + b, rounded once           */
     double g, lse, A1, E;       /* precise: g * c_j * (A1 p_j - E)          */
+    double hm, hL;  /* huge row: raw max and lse - M (xc_out's hm, L), p_j =
+                       exp((z_j - hm) / tau - hL); hm NaN: p_j = exp(z'_j - lse) */
     double nll;
     int64_t tl;     /* target column or -1                                  */
     uint32_t tbits; /* target gradient, rounded to the output dtype         */
@@ -327,8 +355,10 @@ __device__ __forceinline__ uint32_t xc_target_bits(const xc_params &k, double g,
 static __device__ void xc_grad_consts(const xc_params &k, const xc_row &w, double lse,
                                double nll, int nonfinite, float zt_raw,
                                bool fast, xc_gconst &gc, bool with_target = true,
-                               double g_known = NAN) {
+                               double g_known = NAN, double hm = NAN, double hL = 0.0) {
     gc.tl = w.tl;
+    gc.hm = hm;
+    gc.hL = hL;
     gc.gm = XC_GM_WIDE;
     gc.R = gc.c2 = gc.b = gc.A = gc.B = gc.K = 0.f;
     gc.g = g_known == g_known ? g_known : (w.counted ? xc_row_scale(k, w.r) : 0.0);
@@ -346,6 +376,11 @@ static __device__ void xc_grad_consts(const xc_params &k, const xc_row &w, doubl
          * z_j - R is exact for z_j in [R/2, 2R] (the columns that matter). */
         float R = (float)(lse * k.temperature);
         double b0 = (lse - (double)R * k.inv_tau) * XC_LOG2E;
+        if (hm == hm) { /* huge row: R = the raw max (exact), b0 from L: no
+                           absolute error of the size of |lse| */
+            R = (float)hm;
+            b0 = hL * XC_LOG2E;
+        }
         double A = gc.g * k.inv_tau * gc.A1;
         gc.R = R;
         gc.c2 = (float)(XC_LOG2E / k.temperature);

@@ -387,7 +387,8 @@ __device__ __forceinline__ void xc_pass1_loose(const xc_params &k, xc_acc &a,
 __device__ __forceinline__ uint32_t xc_precise_grad1(const xc_params &k,
                                                      const xc_gconst &gc, float z) {
     const double zd = z;
-    double p = xc_dexp(xc_tr(k, zd) - gc.lse);
+    double p = gc.hm == gc.hm ? xc_dexp((zd - gc.hm) * k.inv_tau - gc.hL)
+                              : xc_dexp(xc_tr(k, zd) - gc.lse);
     double ch = xc_chain(k, zd);
     return xc_bits_of(gc.g * ch * (gc.A1 * p - gc.E), k.grad_dtype);
 }
@@ -769,7 +770,8 @@ __global__ void __launch_bounds__(1024) xc_row_kernel(const xc_params k) {
                 xc_out o = xc_finish(k, w, &p, 1, 0);
                 xc_emit(k, r, o);
                 if (k.grad)
-                    xc_grad_consts(k, w, o.lse, o.nll, o.nonfinite, sh.zt, !P2, sh.gc);
+                    xc_grad_consts(k, w, o.lse, o.nll, o.nonfinite, sh.zt, !P2, sh.gc, true, NAN,
+                                   o.hm, o.L);
             }
         }
         if (k.mode == XC_MODE_FWD && k.grad) {

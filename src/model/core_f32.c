@@ -402,6 +402,8 @@ static xent_status run_pass(const xent_model *m, xent_model_ws *ws,
         c.threads = o->threads;
         c.nthr = xent_num_threads(o->threads);
         c.keep_layers = keep_layers && nmb == 1;
+        c.on_layer = o->on_layer;
+        c.on_layer_ctx = o->on_layer_ctx;
         c.gpu = o->gemm_device != 0;
         c.gpu_st = XENT_OK;
         c.w = (const float *const *)ws->wptr;

@@ -81,6 +81,8 @@ typedef struct {
                             (same tokens, weights and body dtypes): the
                             embedding and the layers are not recomputed    */
     double loss;         /* out: sum_t rw_t-weighted... see loss_step      */
+    void (*on_layer)(void *ctx, int64_t layer, int backward); /* or NULL   */
+    void *on_layer_ctx;
 } xm_ctx;
 
 /* ---- rounding ----------------------------------------------------------- */
@@ -855,8 +857,10 @@ static xent_status model_fwd_bwd(xm_ctx *c, int backward) {
             for (int64_t i = 0; i < D; i++) c->x[0][t * D + i] *= es;
         rnd(c->x[0] + t * D, D, c->dt_res);
     }
-    for (int64_t l = 0; !c->keep_layers && l < m->n_layers; l++)
+    for (int64_t l = 0; !c->keep_layers && l < m->n_layers; l++) {
         layer_fwd(c, l);
+        if (c->on_layer) c->on_layer(c->on_layer_ctx, l, 0);
+    }
     int inorm = xent__pidx_norm(m);
     rmsnorm_fwd(c, c->x[m->n_layers], c->w[inorm], c->xnf, c->rmsf);
     /* logits = round(xnf, head) @ W_head^T, stored in the logits dtype */
@@ -890,7 +894,10 @@ static xent_status model_fwd_bwd(xm_ctx *c, int backward) {
     rnd(c->dxn, T * D, c->dt_comp);
     rmsnorm_bwd(c, c->x[m->n_layers], c->w[inorm], c->rmsf, c->dxn, c->dx,
                 c->g[inorm], 0);
-    for (int64_t l = m->n_layers - 1; l >= 0; l--) layer_bwd(c, l);
+    for (int64_t l = m->n_layers - 1; l >= 0; l--) {
+        layer_bwd(c, l);
+        if (c->on_layer) c->on_layer(c->on_layer_ctx, l, 1);
+    }
     if (c->rec_dx0)
         memcpy(c->rec_dx0, c->dx, (size_t)(T * D) * sizeof(R));
     /* embeddings: scatter-add (tied: added to the head's gradient) */

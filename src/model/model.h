@@ -245,6 +245,10 @@ typedef struct xent_model_run_opts {
                                  1: on the GPU (cuBLAS: real bf16/f16
                                  tensor-core products of the same values;
                                  src/model/gemm_device.h)                   */
+    /* called after each layer's forward (backward = 0) and backward (1),
+     * from the calling thread; NULL: none (a progress line's hook) */
+    void (*on_layer)(void *ctx, int64_t layer, int backward);
+    void *on_layer_ctx;
 } xent_model_run_opts;
 
 void xent_model_run_opts_init(xent_model_run_opts *o);

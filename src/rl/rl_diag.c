@@ -116,3 +116,5 @@ xent_status xent_rl_diagnostics(const xent_rl_input *in,
     finish(&a, in->lp_old != NULL, in->lp_sampler != NULL, out);
     return XENT_OK;
 }
+
+double xent_rl_k3(double d) { return xent__rl_k3(d); }

@@ -96,7 +96,7 @@ with tempfile.TemporaryDirectory() as d:
     np.save(f"{d}/lp2.npy", (lp - 0.01).astype(np.float32))
 
     # ---- help and usage errors, every command -------------------------------
-    for cmd in ("ce", "rl", "compare", "audit", "model", "sweep", "bench"):
+    for cmd in ("ce", "logprobs", "rl", "compare", "audit", "model", "sweep", "bench"):
         r = run(cmd, "--help")
         lines = r.stdout.split("\n")
         flags = [l for l in lines if l.startswith("  --")]
@@ -269,7 +269,7 @@ with tempfile.TemporaryDirectory() as d:
     else:
         args = ["audit", "--model", tiny, "--seq-len", "8", "--variant", "fp32", "--variant", "bf16"]
         rc, text = run_pty(args, {"XENT_PROGRESS_AFTER": "0"})
-        check(rc == 0 and re.search(r"xent audit: \d/2 variants.*elapsed, ETA", text) is not None
+        check(rc == 0 and re.search(r"xent audit: \d+/\d+ layer passes.*elapsed, ETA", text) is not None
               and "\x1b[K" in text, f"audit on a terminal draws the progress line: {text[-300:]!r}")
         rc, text = run_pty(args + ["--quiet"], {"XENT_PROGRESS_AFTER": "0"})
         check(rc == 0 and "ETA" not in text, "audit --quiet on a terminal: no progress line")
