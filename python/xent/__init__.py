@@ -145,9 +145,9 @@ def linear_cross_entropy(hidden, weight, labels, bias=None, **kw):
 
 def linear_logprobs(hidden, weight, labels, bias=None, **kw):
     """Per-token log p(label) (and the entropy with entropy=True, alias
-    with_entropy) under logits = hidden @ weight.T (+ bias). CPU tensors:
-    differentiable in both outputs (xent/_linear_cpu.py); CUDA: forward
-    only."""
+    with_entropy) under logits = hidden @ weight.T (+ bias), differentiable
+    in both outputs on CPU and CUDA tensors (the chunked head,
+    xent/_linear_cpu.py; CUDA without a gradient: one fused call)."""
     if "with_entropy" in kw:                # the CUDA path's older name
         if "entropy" in kw:
             raise XentError("pass entropy= or with_entropy=, not both")
