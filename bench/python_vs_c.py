@@ -30,12 +30,11 @@ import argparse
 import ctypes
 import os
 import pathlib
-import statistics
 import sys
-import time
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "python"))
+sys.path.insert(0, str(HERE))
 if "XENT_LIBRARY" not in os.environ:
     for cand in (HERE.parent / "build" / "libxent.so",):
         if cand.is_file():
@@ -47,6 +46,7 @@ import torch.nn.functional as F  # noqa: E402
 import xent  # noqa: E402
 import xent.nn.functional as XF  # noqa: E402
 from xent import _capi as C  # noqa: E402
+from torch_anchor import interleaved  # noqa: E402
 
 _XDT = {torch.float32: C.F32, torch.bfloat16: C.BF16}
 
@@ -160,20 +160,15 @@ def check_same(z, y, threads):
     return ok
 
 
-def run(dt, z32, y, reps, threads, warm=1):
+def run(dt, z32, y, reps, threads):
+    """Median time of each case, the cases interleaved (torch_anchor's
+    interleaved: one warm-up round, each call's outputs dropped before the
+    next), and whether the Python and C outputs have the same bits."""
     z = z32.to(dt)
     todo = cases(z, y, threads)
-    times = {(k, n): [] for k, n, _ in todo}
-    for r in range(-warm, reps):
-        for k, n, f in todo:
-            t0 = time.perf_counter()
-            out = f()
-            t = time.perf_counter() - t0
-            del out
-            if r >= 0:
-                times[(k, n)].append(t)
+    stats = interleaved([f for _, _, f in todo], reps)
     same = check_same(z, y, threads)
-    return {key: statistics.median(v) for key, v in times.items()}, same
+    return {(k, n): st[0] for (k, n, _), st in zip(todo, stats)}, same
 
 
 def main(argv=None):

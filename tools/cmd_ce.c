@@ -93,12 +93,19 @@ static void ce_cmd(xf_cmd *c, xf_flag *fl, int *nfl, ce_args *a) {
 
 enum { CE_MAX_FLAGS = 24 };
 
+/* --out's form: 1 for NAME.safetensors (one file), 2 for NAME.npy (a
+ * file per output), 0 for neither (a usage error). */
+static int out_form(const char *out) {
+    size_t n = strlen(out);
+    if (n > 12 && !strcmp(out + n - 12, ".safetensors")) return 1;
+    return n > 4 && !strcmp(out + n - 4, ".npy") ? 2 : 0;
+}
+
 /* The output files, in the order written; returns their number. */
 static int out_files(const ce_args *a, char names[6][4096]) {
     const char *t[6] = {"loss", "nll", "logprob", "lse", NULL, NULL};
     int n = 4;
-    size_t len = strlen(a->out);
-    if (len >= 12 && !strcmp(a->out + len - 12, ".safetensors")) { /* one file */
+    if (out_form(a->out) == 1) { /* one file */
         snprintf(names[0], sizeof names[0], "%s", a->out);
         return 1;
     }
@@ -123,8 +130,7 @@ static int parse_args(int argc, char **argv, ce_args *a, xf_cmd *c) {
     a->o.reduction = (xent_reduction)a->reduction;
     a->o.threads = (int)a->threads;
     a->have_grad_dtype = xf_find(c, "--grad-dtype")->seen > 0;
-    size_t n = strlen(a->out);
-    if (!((n > 12 && !strcmp(a->out + n - 12, ".safetensors")) || (n > 4 && !strcmp(a->out + n - 4, ".npy")))) {
+    if (!out_form(a->out)) {
         fprintf(stderr, "xent ce: --out must end in .safetensors or .npy, got '%s'\n", a->out);
         return 2;
     }
@@ -243,7 +249,7 @@ static int write_outputs(const ce_args *a, const ce_bufs *b, const xent_tensor *
 /* "o.safetensors" or "o.{loss,nll,logprob,lse}.npy" */
 static void files_text(const ce_args *a, char *buf, size_t cap) {
     size_t n = strlen(a->out);
-    if (n > 12 && !strcmp(a->out + n - 12, ".safetensors")) {
+    if (out_form(a->out) == 1) {
         snprintf(buf, cap, "%s", a->out);
         return;
     }
@@ -408,11 +414,6 @@ static void lp_cmd(xf_cmd *c, xf_flag *fl, int *nfl, lp_args *a) {
     c->nflags = *nfl;
 }
 
-static int lp_is_safetensors(const char *out) {
-    size_t n = strlen(out);
-    return n > 12 && !strcmp(out + n - 12, ".safetensors");
-}
-
 /* Returns 0 to run, 2 on a usage error, -1 after --help. */
 static int lp_parse_args(int argc, char **argv, lp_args *a, xf_cmd *c) {
     static xf_flag fl[CE_MAX_FLAGS];
@@ -424,13 +425,12 @@ static int lp_parse_args(int argc, char **argv, lp_args *a, xf_cmd *c) {
     int rc = xf_parse(c, argc, argv);
     if (rc) return rc;
     a->o.threads = (int)a->threads;
-    size_t n = strlen(a->out);
-    if (!(lp_is_safetensors(a->out) || (n > 4 && !strcmp(a->out + n - 4, ".npy")))) {
+    if (!out_form(a->out)) {
         fprintf(stderr, "xent logprobs: --out must end in .safetensors or .npy, got '%s'\n", a->out);
         return 2;
     }
     char files[LP_NOUT][4096], in_l[4096], in_b[4096];
-    int nf = lp_is_safetensors(a->out) ? 1 : LP_NOUT;
+    int nf = out_form(a->out) == 1 ? 1 : LP_NOUT;
     for (int k = 0; k < nf; k++) xent_cli_out_file(a->out, k_lp_names[k], nf, files[k], sizeof files[k]);
     xent_cli_spec_file(a->logits, in_l, sizeof in_l);
     xent_cli_spec_file(a->labels, in_b, sizeof in_b);
@@ -492,7 +492,7 @@ static int lp_run(const lp_args *a, const xf_cmd *c, const xent_tensor *lg, cons
             if (!isinf(b.logprob[i])) sum += b.logprob[i];
         char files[4200];
         size_t n = strlen(a->out);
-        if (lp_is_safetensors(a->out)) snprintf(files, sizeof files, "%s", a->out);
+        if (out_form(a->out) == 1) snprintf(files, sizeof files, "%s", a->out);
         else
             snprintf(files, sizeof files, "%.*s.{logprob,logprob_full,kept,log_kept_mass,entropy,flags}.npy",
                      (int)(n - 4), a->out);
