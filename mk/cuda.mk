@@ -1,5 +1,6 @@
 # mk/cuda.mk: the CUDA kernels (src/cuda/*.cu, in libxent) and the model's
-# GPU products (src/model/*.cu, in libxent_tools) when nvcc is on PATH;
+# GPU products and resident pass (src/model/*.cu, in libxent_tools) when
+# nvcc is on PATH;
 # else the stubs (src/cuda/stub.c, rl_stub.c, src/model/gemm_stub.c, compiled
 # only then) whose functions return XENT_ERR_UNSUPPORTED; src/cuda/plan.c
 # (the kernel plan's checks) is in both. `make NVCC=` builds without

@@ -49,9 +49,11 @@ static const char k_epilog[] =
     "  loss_scale          auto | number > 0 (default 1; auto: a power of two\n"
     "                      from the reference's largest gradient when fp16 is used)\n"
     "The list must hold an fp32 reference (e.g. --variant fp32).\n"
-    "--device cpu: OpenBLAS on the rounded values; cuda: cuBLAS, real bf16/fp16\n"
-    "tensor-core products of the same values; the fp32 reference always runs on\n"
-    "the CPU.\n"
+    "--device cpu: OpenBLAS on the rounded values; cuda: each variant's whole\n"
+    "forward and backward resident on the GPU (weights uploaded once, the same\n"
+    "rounding points, real bf16/fp16 tensor-core products; the device memory plan\n"
+    "is printed first); cuda-gemm: only the matrix products on the GPU (cuBLAS),\n"
+    "the rest on the CPU. The fp32 reference always runs on the CPU.\n"
     "--json and --html are checked before the run (directory, not an input,\n"
     "not the same file). A non-finite loss of a variant exits 1 after the\n"
     "reports are written, unless --allow-nonfinite.\n";
@@ -78,7 +80,7 @@ static int add_variants_file(void *dst, const char *path, const char *flag, cons
     return 0;
 }
 
-static const char *const k_devices[] = {"cpu", "cuda", NULL};
+static const char *const k_devices[] = {"cpu", "cuda", "cuda-gemm", NULL};
 static const char *const k_inits[] = {"checkpoint", "random", NULL};
 static char g_config_help[256];
 static xf_flag g_flags[24];
@@ -125,7 +127,7 @@ static void make_cmd(audit_args *a) {
         {"--threads", XF_INT, &a->threads, NULL,
          "CPU threads; 0 = XENT_NUM_THREADS, else all cores", NULL, XF_MIN | XF_MAX, 0, 256,
          NULL, NULL, NULL, "threads", 0},
-        {"--device", XF_ENUM, &a->device, NULL, "where the variants' matrix products run",
+        {"--device", XF_ENUM, &a->device, NULL, "where the variants run (cuda: the whole pass;\ncuda-gemm: the products only)",
          NULL, 0, 0, 0, k_devices, NULL, NULL, "gemm_device", 0},
         {"--quiet", XF_BOOL, &a->quiet, NULL,
          "no per-variant lines and no progress line on stderr\n(the progress line shows only "
@@ -168,13 +170,14 @@ static int parse_args(audit_args *a, int argc, char **argv) {
     a->o.seed = (uint64_t)a->seed;
     a->o.threads = (int)a->threads;
     a->o.progress = !a->quiet;
-    if (a->device == 1) {
+    if (a->device == 1 || a->device == 2) {
         if (xent_cuda_device_count() < 1) {
-            fprintf(stderr, "xent audit: --device cuda: no CUDA device (this build: %s)\n",
-                    xent_version());
+            fprintf(stderr, "xent audit: --device %s: no CUDA device (this build: %s)\n",
+                    k_devices[a->device], xent_version());
             return 2;
         }
-        a->o.gemm_device = 1;
+        /* cuda: the resident pass (2); cuda-gemm: the products only (1) */
+        a->o.gemm_device = a->device == 1 ? 2 : 1;
     }
     if (!a->have_variants) xent__audit_default_variants(&a->variants);
     int ref;

@@ -160,7 +160,8 @@ typedef struct xent_audit_result {
     int random_weights;    /* 1: the model's weights are random (--init
                               random): every report says so              */
     int threads;
-    int gemm_device;       /* the variants' products: 0 CPU, 1 GPU            */
+    int gemm_device;       /* the variants' products: 0 CPU, 1 GPU, 2 the
+                              whole pass resident on the GPU                */
     double total_seconds;  /* whole audit, wall time */
     /* tokens actually run: [batch][seq_len] ids; targets = tokens shifted */
     int32_t *tokens;       /* [batch * seq_len] */
@@ -316,7 +317,10 @@ typedef struct xent_audit_opts {
     void *log_ctx;
     int gemm_device;       /* default 0; 1: the variants' matrix products on
                               the GPU (cuBLAS, real tensor-core bf16/f16
-                              products); the fp32 reference stays on the CPU */
+                              products); 2: each variant's whole forward and
+                              backward resident on the GPU (its memory plan
+                              printed first); the fp32 reference stays on
+                              the CPU                                       */
     /* default NULL; else called as each layer of a run finishes: variant
      * (index in the list), layer in [0, n_layers), backward 0 for the
      * forward pass, 1 for the backward pass (layers from n_layers - 1 down

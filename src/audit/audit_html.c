@@ -741,7 +741,9 @@ static void write_head(FILE *f, const xent_audit_result *r) {
             (long long)r->n_targets, r->n_layers);
     html_text(f, r->variants.v[r->ref].name);
     fprintf(f, "; variants' matrix products on the %s</p>\n",
-            r->gemm_device ? "GPU (cuBLAS)" : "CPU (OpenBLAS)");
+            r->gemm_device == 2   ? "GPU (cuBLAS), the whole pass resident on the GPU"
+            : r->gemm_device ? "GPU (cuBLAS)"
+                             : "CPU (OpenBLAS)");
 }
 
 xent_status xent__audit_write_html(const xent_audit_result *r,

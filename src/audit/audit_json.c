@@ -64,7 +64,9 @@ static void write_settings(FILE *f, const xent_audit_result *r) {
             (long long)r->batch, (long long)r->n_tokens,
             (long long)r->n_targets, r->n_layers,
             r->tied_head ? "true" : "false", r->random_weights ? "true" : "false", r->threads,
-            r->gemm_device ? "cuda (cuBLAS)" : "cpu (OpenBLAS)");
+            r->gemm_device == 2   ? "cuda resident (cuBLAS)"
+            : r->gemm_device ? "cuda (cuBLAS)"
+                             : "cpu (OpenBLAS)");
     jstr(f, r->variants.v[r->ref].name);
     fputs(", \"seconds\": ", f);
     jnum(f, r->total_seconds);

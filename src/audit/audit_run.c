@@ -3,7 +3,9 @@
  * variant on the same tokens, each compared tensor by tensor with the
  * reference. */
 #include "audit/audit.h"
+#include "xent/io.h"
 #include "model/model.h"
+#include "model/core_dev.h"
 #include "core/xent_math.h"
 
 #include <errno.h>
@@ -67,9 +69,8 @@ xent_status xent__audit_random_tokens(uint64_t seed, int64_t vocab, int64_t n,
 }
 
 static xent_status read_text(const char *path, char **buf, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return xent_set_error(XENT_ERR_IO, "--text %s: cannot open: %s", path,
-                              strerror(errno));
+    FILE *f = xent_file_open(path, NULL); /* a regular file only: never blocks */
+    if (!f) return XENT_ERR_IO; /* the message names the path */
     char *b = malloc(MAX_TEXT_BYTES + 1);
     if (!b) { fclose(f); return xent_set_error(XENT_ERR_ALLOC, "--text: out of memory"); }
     size_t n = fread(b, 1, MAX_TEXT_BYTES + 1, f);
@@ -583,6 +584,36 @@ static xent_status audit_reference(const xent_model *m, const int32_t *tokens,
     return st ? st : snap_ref(m, B * S, xent_num_threads(o->threads), b, ref);
 }
 
+/* --device cuda (gemm_device 2): each variant's device memory plan, printed
+ * before any run (a line each, like the progress lines), and the largest
+ * checked against the card's free memory: a model that does not fit is
+ * refused before the reference's run. */
+static xent_status device_plan(const xent_model *m, int64_t B, int64_t S,
+                               const xent_audit_variants *vs, int ref,
+                               const xent_audit_opts *o) {
+    uint64_t fr = 0, tot = 0;
+    xent_status st = xent_model_dev_mem(&fr, &tot);
+    if (st) return st;
+    xent_model_dev_plan worst;
+    memset(&worst, 0, sizeof worst);
+    for (int v = 0; v < vs->n; v++) {
+        if (v == ref) continue;
+        xent_model_dev_plan pl;
+        st = xent_model_dev_plan_make(&m->cfg, B, S, 1, &vs->v[v].p, &pl);
+        if (st) return st;
+        if (pl.total > worst.total) worst = pl;
+        if (!o->progress) continue;
+        char line[512], plan[400];
+        xent_model_dev_plan_str(&pl, plan, sizeof plan);
+        snprintf(line, sizeof line, "audit: device plan %-16s %s (GPU: %.2f GiB free of %.2f)",
+                 vs->v[v].name, plan, (double)fr / (1024.0 * 1024 * 1024),
+                 (double)tot / (1024.0 * 1024 * 1024));
+        if (o->log) o->log(o->log_ctx, -1, vs->n, line);
+        else fprintf(stderr, "%s\n", line);
+    }
+    return xent_model_dev_plan_fits(&worst, fr, tot);
+}
+
 xent_status xent__audit_run(const xent_model *m, const int32_t *tokens,
                             int64_t B, int64_t S,
                             const xent_audit_variants *vs,
@@ -593,6 +624,7 @@ xent_status xent__audit_run(const xent_model *m, const int32_t *tokens,
     if (S < 2 || B < 1)
         return xent_set_error(XENT_ERR_VALUE, "audit: %lld x %lld tokens: at least "
                           "2 per row are needed", (long long)B, (long long)S);
+    if (o->gemm_device == 2 && (st = device_plan(m, B, S, vs, ref, o))) return st;
     double t_start = now_s();
     blas_note(o);
     int ne = n_entries_for(m);

@@ -289,7 +289,9 @@ void xent__audit_print_tables(const xent_audit_result *r, FILE *f) {
             "%lld targets; %d layers; variants' matrix products on the %s\n",
             r->model, r->input, (long long)r->batch, (long long)r->seq_len,
             (long long)r->n_tokens, (long long)r->n_targets, r->n_layers,
-            r->gemm_device ? "GPU (cuBLAS)" : "CPU (OpenBLAS)");
+            r->gemm_device == 2   ? "GPU (cuBLAS), the whole pass resident on the GPU"
+            : r->gemm_device ? "GPU (cuBLAS)"
+                             : "CPU (OpenBLAS)");
     xa_build_variants(t, r);
     xa_table_print(t, f);
     xa_build_fw(t, r);

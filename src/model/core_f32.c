@@ -4,6 +4,7 @@
 #define GEMM cblas_sgemm
 #define ROUNDING 1
 #include "model/core_impl.h"
+#include "model/core_dev.h"
 
 #include <stdio.h>
 #include <sys/mman.h>
@@ -55,6 +56,8 @@ struct xent_model_ws {
     int fwd_dev;        /* gemm_device of that forward                      */
     int64_t fwd_B, fwd_S;
     int32_t *fwd_tok;   /* [B*S]                                            */
+    void *dev;          /* the resident pass's device state (gemm_device 2;
+                           src/model/core_dev.h), NULL until first used     */
 };
 
 void xent_model_run_opts_init(xent_model_run_opts *o) {
@@ -77,6 +80,7 @@ void xent_model_ws_free(xent_model_ws *ws) {
     free(ws->gptr), free(ws->gmbp), free(ws->wptr), free(ws->lab);
     free(ws->rw), free(ws->logprob), free(ws->rope), free(ws->layer_out);
     free(ws->fwd_tok);
+    xent__model_dev_free(ws->dev);
     free(ws);
 }
 
@@ -310,6 +314,10 @@ static xent_status check_run(const xent_model *m, const xent_model_ws *ws,
             return xent_set_error(XENT_ERR_DTYPE,
                               "precision.%s = %d is not f32, bf16 or f16",
                               nm[i], (int)d[i]);
+    if (o->gemm_device < 0 || o->gemm_device > 2)
+        return xent_set_error(XENT_ERR_VALUE,
+                          "model_run: gemm_device = %d is not 0 (CPU), 1 (GPU "
+                          "products) or 2 (resident GPU pass)", o->gemm_device);
     if (p->ce < 0 || p->ce >= XENT_CE_FORM_COUNT)
         return xent_set_error(XENT_ERR_VALUE, "precision.ce = %d", (int)p->ce);
     if (p->micro_batches < 1 || o->B % p->micro_batches)
@@ -404,7 +412,7 @@ static xent_status run_pass(const xent_model *m, xent_model_ws *ws,
         c.keep_layers = keep_layers && nmb == 1;
         c.on_layer = o->on_layer;
         c.on_layer_ctx = o->on_layer_ctx;
-        c.gpu = o->gemm_device != 0;
+        c.gpu = o->gemm_device == 1;
         c.gpu_st = XENT_OK;
         c.w = (const float *const *)ws->wptr;
         c.w_head = whead;
@@ -471,6 +479,44 @@ static void fill_record(const xent_model *m, xent_model_ws *ws,
     }
 }
 
+/* The whole pass on the GPU (gemm_device 2): the device state lives in
+ * ws->dev; the results land where the CPU pass leaves them (ws->grads,
+ * ws->logprob and, when recorded, the arena's full-batch arrays), so that
+ * fill_record serves both. The arena then holds no reusable forward. */
+static xent_status run_resident(const xent_model *m, xent_model_ws *ws,
+                                const xent_precision *p,
+                                const xent_model_run_opts *o, int64_t n_cnt,
+                                xent_model_record *rec) {
+    xm_ctx c;
+    ws_plan(ws, ws->arena, o->B, 0, o->B, o->S, ws->record, &c);
+    xent__dev_io io;
+    memset(&io, 0, sizeof io);
+    io.lab = ws->lab;
+    io.rw = ws->rw;
+    io.rope = ws->rope;
+    io.grads = ws->grads;
+    io.logprob = ws->logprob;
+    if (o->record) {
+        io.x = c.x;
+        io.xnf = c.xnf;
+        io.logits = c.logits;
+        io.dlogits = c.dlogits != c.logits ? c.dlogits : NULL;
+        io.rec_dx = c.rec_dx;
+        io.rec_dx0 = c.rec_dx0;
+    }
+    ws->fwd_ok = 0;
+    double loss = 0, ls = 1;
+    xent_status st = xent__model_run_dev(m, &ws->dev, ws->B, ws->S, ws->record,
+                                         p, o, &io, &loss, &ls);
+    if (st) return st;
+    memset(rec, 0, sizeof *rec);
+    rec->loss = loss;
+    rec->n_counted = n_cnt;
+    rec->loss_scale = ls;
+    fill_record(m, ws, o, rec);
+    return XENT_OK;
+}
+
 xent_status xent_model_run(const xent_model *m, xent_model_ws *ws,
                            const xent_precision *p,
                            const xent_model_run_opts *o,
@@ -481,12 +527,13 @@ xent_status xent_model_run(const xent_model *m, xent_model_ws *ws,
     int64_t n_cnt = 0;
     if ((st = xent__model_targets(m, o, ws->lab, ws->rw, &n_cnt))) return st;
     int thr = xent_num_threads(o->threads);
-    const float *whead = NULL;
-    if ((st = ws_weights(ws, p, &whead, thr))) return st;
     xent__rope_tables(&m->cfg, o->S, ws->rope,
                       ws->rope + o->S * m->cfg.head_dim / 2, 0);
     xent__rope_tables(&m->cfg, o->S, ws->rope + o->S * m->cfg.head_dim,
                       ws->rope + 3 * o->S * m->cfg.head_dim / 2, 1);
+    if (o->gemm_device == 2) return run_resident(m, ws, p, o, n_cnt, rec);
+    const float *whead = NULL;
+    if ((st = ws_weights(ws, p, &whead, thr))) return st;
     openblas_set_num_threads(1); /* see mm_cpu */
     int f16 = p->compute == XENT_F16 || p->residual == XENT_F16 ||
               p->norm == XENT_F16 || p->attn_softmax == XENT_F16 ||

@@ -244,7 +244,12 @@ typedef struct xent_model_run_opts {
     int gemm_device;          /* 0: matrix products by OpenBLAS (default);
                                  1: on the GPU (cuBLAS: real bf16/f16
                                  tensor-core products of the same values;
-                                 src/model/gemm_device.h)                   */
+                                 src/model/gemm_device.h);
+                                 2: the whole forward + backward resident
+                                 on the GPU (weights uploaded once per
+                                 workspace, the same rounding points;
+                                 src/model/core_dev.h). Without CUDA, 1
+                                 and 2 fail with XENT_ERR_UNSUPPORTED       */
     /* called after each layer's forward (backward = 0) and backward (1),
      * from the calling thread; NULL: none (a progress line's hook) */
     void (*on_layer)(void *ctx, int64_t layer, int backward);
