@@ -199,7 +199,8 @@ XENT_API void xent_ce_opts_init(xent_ce_opts *o);
 
 typedef struct xent_ce_input {
     const void *logits;     /* [T, ld], the first V columns are used         */
-    xent_dtype dtype;       /* XENT_F32, XENT_BF16 or XENT_F16               */
+    xent_dtype dtype;       /* XENT_F32, XENT_BF16 or XENT_F16 (XENT_F64:
+                               xent_ce_f64 only)                             */
     int64_t T;              /* rows (tokens); 0 is a valid no-op             */
     int64_t V;              /* columns in this call (a shard's width)        */
     int64_t ld;             /* row stride in elements; 0 = V                 */
@@ -293,6 +294,52 @@ XENT_API xent_status xent_ce_shard_stats(const xent_ce_input *in,
 XENT_API xent_status xent_ce_combine(const xent_ce_partial *parts, int S,
                             const xent_ce_input *in, const xent_ce_opts *opts,
                             xent_ce_output *out);
+
+/* ------------------------------------------------------------------------ */
+/* Cross-entropy on float64 logits                                           */
+/* ------------------------------------------------------------------------ */
+/* The outputs of xent_ce_f64 (float64 logits), in double. Every pointer
+ * may be NULL (that output is not computed or written). */
+typedef struct xent_ce_output_f64 {
+    double *loss;          /* NONE: [T] per-row loss; SUM/MEAN: one double   */
+    double *nll;           /* [T] -log p_t (0 on ignored rows)               */
+    double *logprob;       /* [T]  log p_t (0 on ignored rows)               */
+    double *lse;           /* [T] log-sum-exp of the transformed row         */
+    double *entropy;       /* [T] H = -sum_j p_j log p_j (all rows)          */
+    xent_ce_stats *stats;  /* [T] {lse, nll} (informational: the gradient of
+                              f64 logits is recomputed from the logits, see
+                              xent_ce_f64)                                   */
+    double *grad;          /* [T, ld_grad] dL/dz, or NULL (forward only);
+                              may equal in->logits (in place, equal strides) */
+    int64_t ld_grad;       /* 0 = V                                          */
+    int64_t *n_counted;    /* rows with a target (not ignore_index)          */
+    int64_t *n_nonfinite;  /* rows with a NaN or +inf logit, or whose logits
+                              are all -inf: their lse, entropy and (when
+                              counted) nll, logprob, loss and gradient row
+                              are NaN                                        */
+} xent_ce_output_f64;
+
+/* Cross-entropy of float64 logits (in->dtype == XENT_F64, whole rows), the
+ * definitions of xent_ce_opts, with every double output faithfully rounded
+ * (within 1 ulp of double: docs/numerics.md, "The float64 path"): nll,
+ * logprob, loss, entropy, and the gradient (label smoothing: an absolute
+ * bound). Differences from the f32/bf16/f16 entry points:
+ *   - a -inf logit is a probability of exactly 0 (exp(-inf) = 0): a target
+ *     at -inf gives nll = +inf (and, without label smoothing, a gradient
+ *     of -g there); only NaN, +inf and all -inf rows are non-finite;
+ *   - there is no backward from saved statistics: a backward is this call
+ *     with out->grad set (and the other outputs NULL), with the upstream
+ *     gradient in opts->grad_scale, or per row (reduction NONE) in
+ *     grad_rows ([T] doubles; NULL: in->grad_rows, floats, or 1);
+ *   - opts->softcap and vocabulary shards (vocab_start != 0) are refused
+ *     (XENT_ERR_UNSUPPORTED / XENT_ERR_VALUE).
+ * CPU only (the CUDA entry points refuse f64 logits with XENT_ERR_DTYPE).
+ * Computes in long double with error-free transformations
+ * (x86-64: 80-bit; aarch64: IEEE quad, correct but slower); a build whose
+ * long double has fewer than 64 bits of mantissa returns
+ * XENT_ERR_UNSUPPORTED. */
+XENT_API xent_status xent_ce_f64(const xent_ce_input *in, const xent_ce_opts *opts,
+                                 const double *grad_rows, xent_ce_output_f64 *out);
 
 /* ------------------------------------------------------------------------ */
 /* ABI introspection (for bindings that mirror the structs, e.g. ctypes)     */

@@ -77,9 +77,18 @@ class CePartial(ctypes.Structure):
                 ("zsum", c_dbl), ("target", c_dbl), ("flags", c_i64)]
 
 
+class CeOutputF64(ctypes.Structure):
+    """xent_ce_output_f64: the outputs of xent_ce_f64 (float64 logits)."""
+    _fields_ = [("loss", c_vp), ("nll", c_vp), ("logprob", c_vp),
+                ("lse", c_vp), ("entropy", c_vp), ("stats", c_vp),
+                ("grad", c_vp), ("ld_grad", c_i64),
+                ("n_counted", c_vp), ("n_nonfinite", c_vp)]
+
+
 STRUCTS = {"xent_ce_opts": CeOpts, "xent_ce_input": CeInput,
            "xent_ce_stats": CeStats, "xent_ce_output": CeOutput,
-           "xent_ce_partial": CePartial}
+           "xent_ce_partial": CePartial,
+           "xent_ce_output_f64": CeOutputF64}
 
 
 # RL structs (include/xent/rl.h); enums are C ints.
@@ -201,6 +210,8 @@ _SIGNATURES = {
     "xent_ce_shard_stats": (c_int, [_P(CeInput), _P(CeOpts), c_vp]),
     "xent_ce_combine": (c_int, [c_vp, c_int, _P(CeInput), _P(CeOpts),
                                 _P(CeOutput)]),
+    "xent_ce_f64": (c_int, [_P(CeInput), _P(CeOpts), c_vp,
+                            _P(CeOutputF64)]),
     "xent_cuda_linear_workspace": (ctypes.c_size_t, [_P(LinearInput),
                                                      _P(LinearGrads), c_i64]),
     "xent_cuda_linear_ce": (c_int, [_P(LinearInput), _P(CeOpts),

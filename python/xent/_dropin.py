@@ -17,13 +17,20 @@ target kind), so that torch.compile sees no data-dependent branch:
   need a gradient of a scalar loss go through _FusedCE instead: the same
   kernel call writes the gradient in the forward (the speed of the C call;
   docs/python.md, "Speed of the Python call on the CPU").
-* the composed path: float64 logits, `weight=`, probability targets: the
-  loss is torch's own formula evaluated in float64 (torch ops, so autograd
-  of any order works) and rounded once to the input's dtype. Outputs for
-  fp32 / bf16 / fp16 inputs are then within one ulp of the exact value plus
-  float64's own error (about V * 2^-52 relative of the largest term); for
-  float64 inputs the result is float64 arithmetic, not faithfully rounded
-  (a float64 path in the C kernel is needed for that, docs/python.md).
+* float64 logits on the CPU (class-index targets, no `weight`) take the
+  same custom ops over the C kernel's float64 path, xent_ce_f64: the loss
+  and the gradient are float64, each faithfully rounded (docs/numerics.md,
+  "The float64 path"); -inf logits are exact zeros there, so no row is
+  recomputed except NaN / +inf / all -inf rows (torch's formula, as above).
+  Autograd: first order as above; a forward-mode dual input falls back to
+  the composed path (which supports it).
+* the composed path: `weight=`, probability targets, logits on another
+  device (and float64 forward-mode AD): the loss is torch's own formula
+  evaluated in float64 (torch ops, so autograd of any order works) and
+  rounded once to the input's dtype. Outputs for fp32 / bf16 / fp16 inputs
+  are then within one ulp of the exact value plus float64's own error
+  (about V * 2^-52 relative of the largest term); for float64 inputs the
+  result is float64 arithmetic, not faithfully rounded.
 
 Torch's conventions are kept: a mean over zero counted rows (every target
 ignored, or all weights zero) is NaN; the result has the input's dtype."""
@@ -37,7 +44,8 @@ from . import _capi as C
 from ._capi import XentError
 from . import _torch as T
 
-_KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+_KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16,
+                  torch.float64)
 _RED = {"none": 0, "sum": 1, "mean": 2}
 _RED_NAME = {v: k for k, v in _RED.items()}
 
@@ -61,7 +69,7 @@ def _fix_rows_fwd(z, y, ignore_index, eps, rows):
     zr = z[rows].double()
     yr = y[rows]
     lse = torch.logsumexp(zr, dim=-1)
-    logp = zr - lse[:, None]
+    logp = torch.log_softmax(zr, dim=-1)    # torch's NaN where a +inf is
     ign = yr == ignore_index
     yt = yr.masked_fill(ign, 0)
     nll = -logp.gather(1, yt[:, None])[:, 0]
@@ -69,9 +77,27 @@ def _fix_rows_fwd(z, y, ignore_index, eps, rows):
     return loss.masked_fill(ign, 0.0), lse
 
 
+def _run_kernel_f64(z, y, ignore_index, reduction, eps, threads=0,
+                    grad=None):
+    """_run_kernel for float64 logits: one xent_ce_f64 call (float64 loss,
+    faithfully rounded; -inf logits handled exactly)."""
+    prep = T.Prepared(z, y, allow_f64=True)
+    opts = C.make_opts(ignore_index=ignore_index, reduction=_RED_NAME[
+        reduction], label_smoothing=eps, threads=threads)
+    loss = prep.empty(prep.T if reduction == 0 else 1, dtype=torch.float64)
+    stats = prep.empty(prep.T, C.STATS_DOUBLES, dtype=torch.float64)
+    count, nonfin = T.call_f64(prep, opts, T.f64_out(loss=loss, stats=stats,
+                                                     grad=grad))
+    return (loss, stats, torch.tensor([count], dtype=torch.int64),
+            nonfin)
+
+
 def _run_kernel(z, y, ignore_index, reduction, eps, threads=0, grad=None):
     """One xent_ce call; grad: a dense [T, V] tensor of z's dtype that the
     same call fills with dL/dz for an upstream gradient of 1."""
+    if z.dtype == torch.float64:
+        return _run_kernel_f64(z, y, ignore_index, reduction, eps, threads,
+                               grad)
     prep = T.Prepared(z, y)
     opts = C.make_opts(ignore_index=ignore_index, reduction=_RED_NAME[
         reduction], label_smoothing=eps, threads=threads)
@@ -105,7 +131,7 @@ def _forward(z, y, ignore_index, reduction, eps, grad=None):
         stats[bad, 0] = lse
         stats[bad, 1] = float("nan")    # marks the row for ce_bwd
         if reduction == 0:
-            loss[bad] = rl.float()
+            loss[bad] = rl.to(loss.dtype)
         else:
             # the whole reduction again in float64 (rare path)
             counted = y != ignore_index
@@ -114,11 +140,11 @@ def _forward(z, y, ignore_index, reduction, eps, grad=None):
             s = rows.sum()
             if reduction == 2:
                 s = s / counted.sum()
-            loss = s.float().reshape(1)
+            loss = s.to(loss.dtype).reshape(1)
     if reduction == 0:
         return loss, stats, exact_grad
     if reduction == 2 and int(count.item()) == 0:
-        loss = torch.full((1,), float("nan"), dtype=torch.float32,
+        loss = torch.full((1,), float("nan"), dtype=loss.dtype,
                           device=z.device)           # torch: 0 / 0
         exact_grad = False
     return loss.reshape(()), stats, exact_grad
@@ -128,8 +154,8 @@ def _forward(z, y, ignore_index, reduction, eps, grad=None):
 def ce_fwd(z: torch.Tensor, y: torch.Tensor, ignore_index: int,
            reduction: int, eps: float) -> Tuple[torch.Tensor, torch.Tensor]:
     """z [T, V] (unit column stride), y [T] -> (loss: [T] for 'none', else
-    [] float32; stats [T, 2] float64: lse, nll, with rows recomputed where
-    the kernel saw a non-finite logit)."""
+    [] float32 (float64 for float64 z); stats [T, 2] float64: lse, nll, with
+    rows recomputed where the kernel saw a non-finite logit)."""
     loss, stats, _ = _forward(z, y, ignore_index, reduction, eps)
     return loss, stats
 
@@ -137,7 +163,9 @@ def ce_fwd(z: torch.Tensor, y: torch.Tensor, ignore_index: int,
 @ce_fwd.register_fake
 def _(z, y, ignore_index, reduction, eps):
     T_ = z.shape[0]
-    loss = z.new_empty((T_,) if reduction == 0 else (), dtype=torch.float32)
+    loss = z.new_empty((T_,) if reduction == 0 else (),
+                       dtype=torch.float64 if z.dtype == torch.float64
+                       else torch.float32)
     return loss, z.new_empty((T_, 2), dtype=torch.float64)
 
 
@@ -146,6 +174,8 @@ def ce_bwd(g: torch.Tensor, z: torch.Tensor, y: torch.Tensor,
            stats: torch.Tensor, ignore_index: int, reduction: int,
            eps: float) -> torch.Tensor:
     """dL/dz [T, V] in z's dtype, from the upstream g ([T] or [])."""
+    if z.dtype == torch.float64:
+        return _bwd_f64(g, z, y, stats, ignore_index, reduction, eps)
     prep = T.Prepared(z, y)
     opts = C.make_opts(ignore_index=ignore_index, reduction=_RED_NAME[
         reduction], label_smoothing=eps)
@@ -166,6 +196,14 @@ def ce_bwd(g: torch.Tensor, z: torch.Tensor, y: torch.Tensor,
                       ctypes.c_void_p(grad.data_ptr()),
                       ctypes.c_int(prep.dtype), ctypes.c_int64(prep.V))
     del rows
+    return _fix_rows_bwd(grad, g, z, y, bad, ignore_index, reduction, eps,
+                         counted)
+
+
+def _fix_rows_bwd(grad, g, z, y, bad, ignore_index, reduction, eps,
+                  counted):
+    """grad with the rows `bad` (bool [T]: a non-finite logit) replaced by
+    torch's gradient, computed in float64."""
     if bool(bad.any()):
         # torch's gradient of the rows with a non-finite logit, in float64
         zr = z[bad].double()
@@ -185,6 +223,29 @@ def ce_bwd(g: torch.Tensor, z: torch.Tensor, y: torch.Tensor,
         gr = (gr * a[:, None]).masked_fill(ign[:, None], 0.0)
         grad[bad] = gr.to(z.dtype)
     return grad
+
+
+def _bwd_f64(g, z, y, stats, ignore_index, reduction, eps):
+    """ce_bwd for float64 z: xent_ce_f64 recomputes each row from the
+    logits and writes the float64 gradient, faithfully rounded (the saved
+    stats only mark the NaN / +inf / all -inf rows, which get torch's
+    gradient)."""
+    prep = T.Prepared(z, y, allow_f64=True)
+    opts = C.make_opts(ignore_index=ignore_index, reduction=_RED_NAME[
+        reduction], label_smoothing=eps)
+    counted = int((y != ignore_index).sum())
+    rows = None
+    if reduction == 0:
+        rows = g.reshape(-1)
+    else:
+        opts.grad_scale = float(g.item())
+    grad = T.empty_rows((prep.T, prep.V), z.dtype, z.device)
+    bad = torch.isnan(stats[:, 1])
+    if reduction == 2 and counted == 0:
+        return torch.zeros_like(grad)     # torch: NaN loss, zero gradient
+    T.call_f64(prep, opts, T.f64_out(grad=grad), grad_rows=rows)
+    return _fix_rows_bwd(grad, g, z, y, bad, ignore_index, reduction, eps,
+                         counted)
 
 
 @ce_bwd.register_fake
@@ -336,6 +397,9 @@ def cross_entropy(input, target, weight=None, size_average=None,
     if not torch.compiler.is_compiling():
         import torch.autograd.forward_ad as fwAD
         if fwAD.unpack_dual(input).tangent is not None:
+            if input.dtype == torch.float64:    # forward-mode AD: the composed form
+                return _composed(input, target, weight, ignore_index,
+                                 reduction, float(label_smoothing))
             raise RuntimeError(
                 "xent cross_entropy: forward-mode AD is not supported on the "
                 "kernel path (fp32/bf16/fp16 logits, class targets, no "

@@ -83,11 +83,19 @@ def _backend(t):
 class Prepared:
     """An xent_ce_input over torch tensors (kept alive here)."""
 
-    def __init__(self, logits, labels, need_labels=True, exact=False):
+    def __init__(self, logits, labels, need_labels=True, exact=False,
+                 allow_f64=False):
         if not isinstance(logits, torch.Tensor):
             raise XentTypeError("logits must be a torch.Tensor, got %s"
                                 % type(logits).__name__)
         dt = _DTYPES.get(logits.dtype)
+        if allow_f64 and logits.dtype == torch.float64:
+            if logits.device.type != "cpu":
+                raise XentTypeError(
+                    "float64 logits are supported on the CPU only "
+                    "(xent_ce_f64); logits are on %s: call .float() first, "
+                    "or move them to the CPU" % logits.device)
+            dt = C.F64
         if dt is None:
             raise XentTypeError(
                 "logits dtype %s is not supported (float32, bfloat16, "
@@ -208,6 +216,98 @@ def _out(loss=None, stats=None, lp=None, ent=None):
     o.loss, o.stats = _p(loss), _p(stats)
     o.logprob, o.entropy = _p(lp), _p(ent)
     return o
+
+
+def f64_out(loss=None, stats=None, lp=None, ent=None, grad=None):
+    """An xent_ce_output_f64 over float64 tensors (None: not computed)."""
+    o = C.CeOutputF64()
+    o.loss, o.stats = _p(loss), _p(stats)
+    o.logprob, o.entropy = _p(lp), _p(ent)
+    if grad is not None:
+        o.grad, o.ld_grad = grad.data_ptr(), grad.stride(-2) \
+            if grad.dim() >= 2 else grad.shape[-1]
+    return o
+
+
+def call_f64(prep, opts, out, grad_rows=None):
+    """xent_ce_f64 (float64 logits on the CPU): every output faithfully
+    rounded in float64 (docs/numerics.md, "The float64 path"). grad_rows:
+    a [T] float64 tensor of per-row upstream gradients (reduction 'none')
+    or None. Returns (n_counted, n_nonfinite) as ints."""
+    cnt = torch.zeros(2, dtype=torch.int64)
+    out.n_counted = cnt.data_ptr()
+    out.n_nonfinite = cnt.data_ptr() + 8
+    rows = None
+    if grad_rows is not None:
+        rows = grad_rows.reshape(-1).to(torch.float64).contiguous()
+    C.LIB.call("xent_ce_f64", ctypes.byref(prep.inp), ctypes.byref(opts),
+               ctypes.c_void_p(_p(rows)), ctypes.byref(out))
+    del rows
+    return int(cnt[0]), int(cnt[1])
+
+
+class _CrossEntropyF64(torch.autograd.Function):
+    """xent.cross_entropy on float64 CPU logits: xent_ce_f64 (faithful
+    float64 loss and gradient). The backward recomputes the rows from the
+    logits (no saved statistics are needed); with FUSED_BACKWARD the
+    forward writes the gradient of a scalar loss in the same pass."""
+
+    @staticmethod
+    def forward(ctx, logits, labels, cfg):
+        if cfg.group is not None:
+            raise XentError("process_group: vocabulary-parallel float64 "
+                            "logits are not supported (use float32)",
+                            C.ERR_UNSUPPORTED)
+        prep = Prepared(logits, labels, allow_f64=True)
+        opts = C.make_opts(**cfg.opts)
+        T_ = prep.T
+        loss = prep.empty(T_ if cfg.reduction == "none" else 1,
+                          dtype=torch.float64)
+        grad = None
+        if (FUSED_BACKWARD and ctx.needs_input_grad[0] and not cfg.inplace
+                and cfg.reduction != "none" and prep.T and prep.V):
+            grad = empty_rows((prep.T, prep.V), torch.float64, logits.device)
+        call_f64(prep, opts, f64_out(loss=loss, grad=grad))
+        ctx.cfg, ctx.prep_labels = cfg, prep.labels
+        ctx.save_for_backward(logits)
+        ctx.pre = grad
+        ctx.done = False
+        if cfg.reduction == "none":
+            return loss.view(prep.batch_shape)
+        return loss.view(())
+
+    @staticmethod
+    def backward(ctx, g):
+        logits, = ctx.saved_tensors
+        cfg = ctx.cfg
+        if ctx.done and cfg.inplace:
+            raise XentError("inplace_backward=True: the logits buffer "
+                            "already holds the gradient; a second backward "
+                            "is not possible", C.ERR_VALUE)
+        ctx.done = True
+        pre = take_fused_grad(ctx, g) if ctx.pre is not None else None
+        if pre is not None:
+            return pre.view(logits.shape), None, None
+        prep = Prepared(logits, None, need_labels=False, allow_f64=True)
+        prep.labels = ctx.prep_labels
+        prep.inp.labels = prep.labels.data_ptr()
+        prep.inp.label_dtype = (C.I32 if prep.labels.dtype == torch.int32
+                                else C.I64)
+        opts = C.make_opts(**cfg.opts)
+        rows = None
+        if cfg.reduction == "none":
+            rows = g
+        else:
+            opts.grad_scale = float(g.item())
+        if cfg.inplace:
+            grad = logits
+            out = f64_out()
+            out.grad, out.ld_grad = logits.data_ptr(), prep.ld
+        else:
+            grad = empty_rows((prep.T, prep.V), torch.float64, logits.device)
+            out = f64_out(grad=grad)
+        call_f64(prep, opts, out, grad_rows=rows)
+        return grad.view(logits.shape), None, None
 
 
 def _all_gather_partials(part, group):
@@ -390,7 +490,9 @@ def cross_entropy(logits, labels, *, ignore_index=-100, reduction="mean",
                   threads=0, exact=False):
     """exact=True: on CUDA, 16-bit logits take the precise path (every
     output within 2 ulp of the CPU's, docs/cuda.md), at a cost in time;
-    the default fast path is within 4 ulp. The CPU is always exact."""
+    the default fast path is within 4 ulp. The CPU is always exact.
+    float64 logits on the CPU go through xent_ce_f64: a float64 loss and
+    gradient, faithfully rounded (no softcap, no process_group)."""
     if reduction not in C.REDUCTIONS:
         raise XentError("reduction = %r: must be one of 'none', 'sum', "
                         "'mean'" % (reduction,), C.ERR_VALUE)
@@ -407,18 +509,30 @@ def cross_entropy(logits, labels, *, ignore_index=-100, reduction="mean",
     C.make_opts(**opts)   # early check of the option values' types
     cfg = _Config(reduction, bool(inplace_backward), process_group, opts,
                   exact)
+    if (isinstance(logits, torch.Tensor) and logits.dtype == torch.float64
+            and logits.device.type == "cpu"):
+        return _CrossEntropyF64.apply(logits, labels, cfg)
     return _CrossEntropy.apply(logits, labels, cfg)
 
 
 def logprobs(logits, labels, *, temperature=1.0, entropy=False,
              ignore_index=-100, softcap=None, threads=0, exact=False):
-    """Per-token log p(label) (float32, labels' shape) and, with
-    entropy=True, the entropy too. Forward only (no autograd graph).
-    exact: as for cross_entropy."""
-    prep = Prepared(logits.detach(), labels, exact=exact)
+    """Per-token log p(label) (float32, labels' shape; float64 for float64
+    logits on the CPU, faithfully rounded) and, with entropy=True, the
+    entropy too. Forward only (no autograd graph). exact: as for
+    cross_entropy."""
+    f64 = (isinstance(logits, torch.Tensor)
+           and logits.dtype == torch.float64 and logits.device.type == "cpu")
+    prep = Prepared(logits.detach(), labels, exact=exact, allow_f64=f64)
     opts = C.make_opts(ignore_index=ignore_index, reduction="none",
                        temperature=temperature, softcap=softcap,
                        threads=threads)
+    if f64:       # float64 logits: float64 outputs, faithfully rounded
+        lp = prep.empty(prep.T, dtype=torch.float64)
+        ent = prep.empty(prep.T, dtype=torch.float64) if entropy else None
+        call_f64(prep, opts, f64_out(lp=lp, ent=ent))
+        lp = lp.view(prep.batch_shape)
+        return (lp, ent.view(prep.batch_shape)) if entropy else lp
     lp = prep.empty(prep.T)
     ent = prep.empty(prep.T) if entropy else None
     prep.backend.call("logprobs", ctypes.byref(prep.inp), ctypes.byref(opts),

@@ -339,7 +339,12 @@ size_t xent_abi_sizeof(const char *name) {
     static const struct { const char *name; size_t v; } tab[] = {
         XENT__ABI_S(xent_ce_opts), XENT__ABI_S(xent_ce_input),
         XENT__ABI_S(xent_ce_stats), XENT__ABI_S(xent_ce_output),
-        XENT__ABI_S(xent_ce_partial),
+        XENT__ABI_S(xent_ce_partial), XENT__ABI_S(xent_ce_output_f64),
+        XENT__ABI_F(xent_ce_output_f64, loss), XENT__ABI_F(xent_ce_output_f64, nll),
+        XENT__ABI_F(xent_ce_output_f64, logprob), XENT__ABI_F(xent_ce_output_f64, lse),
+        XENT__ABI_F(xent_ce_output_f64, entropy), XENT__ABI_F(xent_ce_output_f64, stats),
+        XENT__ABI_F(xent_ce_output_f64, grad), XENT__ABI_F(xent_ce_output_f64, ld_grad),
+        XENT__ABI_F(xent_ce_output_f64, n_counted), XENT__ABI_F(xent_ce_output_f64, n_nonfinite),
         XENT__ABI_F(xent_ce_opts, ignore_index), XENT__ABI_F(xent_ce_opts, reduction),
         XENT__ABI_F(xent_ce_opts, normalizer), XENT__ABI_F(xent_ce_opts, temperature),
         XENT__ABI_F(xent_ce_opts, softcap), XENT__ABI_F(xent_ce_opts, z_loss),

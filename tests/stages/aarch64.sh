@@ -33,7 +33,7 @@ if ! make --no-print-directory -j"$jobs" CC="$CROSS" NVCC= BUILD="$out" lib >"$l
 fi
 # the tests that use libxent alone (the tools' tests need OpenBLAS for aarch64)
 objs=""
-for f in main test_core test_ce test_sampler test_rl test_io; do
+for f in main test_core test_ce test_ce_f64 test_sampler test_rl test_io; do
     if ! "$CROSS" -std=c11 -O2 -Wall -Wextra -Werror -ffp-contract=off -fno-fast-math \
             -march=armv8-a -Iinclude -Isrc -Itests -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE \
             -c "tests/$f.c" -o "$out/t/$f.o" >>"$log" 2>&1; then
