@@ -225,17 +225,26 @@ static void sum_range_cap(const float *buf, int64_t a, int64_t b, const xform *x
     }
 }
 
+/* Asks for columns [j0, j0 + n) of the next row while this one is computed
+ * (its pass 1 then reads from cache, not memory; no effect on any value). */
+static inline void prefetch_block(const void *pf, int64_t j0, int64_t n, size_t esz) {
+    const char *p = (const char *)pf + (size_t)j0 * esz;
+    for (size_t o = 0; o < (size_t)n * esz; o += 64) __builtin_prefetch(p + o, 0, 2);
+}
+
 /* Pass 2 over the whole row, in blocks of BLOCK columns (the lanes restart
  * at each block and around the target). */
 static void sum_row(const xent__cpu_kern *K, const void *row, xent_dtype dt, int64_t V,
                     int64_t tl, const xform *x, const xent__shift *sh, int need, sums8 *acc,
-                    double *ebuf /* [V] or NULL */, float *ebuf_f /* [V] or NULL */) {
+                    double *ebuf /* [V] or NULL */, float *ebuf_f /* [V] or NULL */,
+                    const void *pf /* the next row, to prefetch, or NULL */) {
     float buf[BLOCK];
     size_t esz = xent_dtype_size(dt);
     for (int64_t j0 = 0; j0 < V; j0 += BLOCK) {
         int64_t n = V - j0 < BLOCK ? V - j0 : BLOCK;
         int64_t t = tl - j0;
         double *eo = ebuf ? ebuf + j0 : NULL;
+        if (pf) prefetch_block(pf, j0, n, esz);
         if (!x->has_cap) {
             const void *src = (const char *)row + (size_t)j0 * esz;
             float *ef = ebuf_f ? ebuf_f + j0 : NULL;
@@ -308,7 +317,7 @@ static inline xent__shift shift_make(const xform *x, float m) {
  * is huge (sh.rel), else NaN; the public zsum is the raw sum of z'. */
 static void row_partial(const xent__cpu_kern *K, const void *row, xent_dtype dt, int64_t V,
                         int64_t tl, const xform *x, int need, xent_ce_partial *p, double *ebuf,
-                        float *ebuf_f, double *zrel) {
+                        float *ebuf_f, double *zrel, const void *pf) {
     float m, bad;
     double target;
     row_max(K, row, dt, V, tl, &m, &bad, &target);
@@ -318,7 +327,7 @@ static void row_partial(const xent__cpu_kern *K, const void *row, xent_dtype dt,
     double zt = 0;
     if (ebuf && tl >= 0) ebuf[tl] = 0;
     if (ebuf_f && tl >= 0) ebuf_f[tl] = 0;
-    if (m != -INFINITY && bad == 0.0f) sum_row(K, row, dt, V, tl, x, &sh, need, &acc, ebuf, ebuf_f);
+    if (m != -INFINITY && bad == 0.0f) sum_row(K, row, dt, V, tl, x, &sh, need, &acc, ebuf, ebuf_f, pf);
     if (tl >= 0) zt = xform_apply(x, target, x->has_cap);
     p->max = m;
     /* S - 1: at least one column sits at the max when it is finite */
@@ -461,7 +470,8 @@ static int grad_keeps_f32(const xform *x, double eps, xent_dtype gt) {
 static void grad_row(const xent__cpu_kern *K, const void *row, xent_dtype dt, int64_t V,
                      int64_t tl, const xform *x, const grad_row_params *gp,
                      const xent__shift *sh, const double *ebuf, const float *ebuf_f,
-                     void *grow, xent_dtype gt) {
+                     void *grow, xent_dtype gt, const void *pf /* next row or NULL */,
+                     int nt /* streaming stores (kernel tables) */) {
     float buf[BLOCK], efb[BLOCK];
     double val[BLOCK], eblk[BLOCK];
     size_t esz = xent_dtype_size(dt), gsz = xent_dtype_size(gt);
@@ -470,6 +480,7 @@ static void grad_row(const xent__cpu_kern *K, const void *row, xent_dtype dt, in
         int64_t n = V - j0 < BLOCK ? V - j0 : BLOCK;
         int64_t t = tl - j0;
         void *gout = (char *)grow + (size_t)j0 * gsz;
+        if (pf) prefetch_block(pf, j0, n, esz);
         if (gp->g == 0) {
             memset(val, 0, (size_t)n * sizeof(double));
             K->store(gout, gt, val, n);
@@ -499,11 +510,11 @@ static void grad_row(const xent__cpu_kern *K, const void *row, xent_dtype dt, in
                 K->exp_block(src, dt, n, sh, eblk);
                 for (int64_t i = 0; i < n; i++) efb[i] = (float)eblk[i];
             }
-            K->grad_f32(ef, n, c32, gout, gt);
+            K->grad_f32(ef, n, c32, gout, gt, nt);
         } else {
             const double *e = ebuf ? ebuf + j0 : eblk;
             if (!ebuf) K->exp_block(src, dt, n, sh, eblk);
-            K->grad_store(e, n, gp->g * x->inv_tau, gp->s, gp->a, gp->b, gout, gt);
+            K->grad_store(e, n, gp->g * x->inv_tau, gp->s, gp->a, gp->b, gout, gt, nt);
         }
         if (t >= 0 && t < n) {
             double vt = gp->g * x->inv_tau * gp->tgrad;
@@ -619,7 +630,8 @@ static xent_status check_input(const xent_ce_input *in, const xent_ce_opts *o) {
     if (in->ld != 0 && in->ld < in->V)
         return xent_set_error(XENT_ERR_SHAPE, "ld = %lld is smaller than V = %lld", (long long)in->ld, (long long)in->V);
     if (!is_float_dtype(in->dtype))
-        return xent_set_error(XENT_ERR_DTYPE, "logits dtype %s is not supported (f32, bf16, f16)", xent_dtype_name(in->dtype));
+        return xent_set_error(XENT_ERR_DTYPE, "logits dtype %s is not supported (f32, bf16, f16)%s", xent_dtype_name(in->dtype),
+                              in->dtype == XENT_F64 ? "; f64 logits go through xent_ce_f64" : "");
     if (in->T > 0 && !in->logits) return xent_set_error(XENT_ERR_NULL, "logits is NULL with T = %lld", (long long)in->T);
     if (in->labels && in->label_dtype != XENT_I32 && in->label_dtype != XENT_I64)
         return xent_set_error(XENT_ERR_DTYPE, "labels dtype %s is not supported (i32, i64)", xent_dtype_name(in->label_dtype));
@@ -713,18 +725,25 @@ static void run_rows(void *ctx, int64_t b0, int64_t b1) {
         ebuf = malloc((size_t)in->V * sizeof(double));
     /* the pass-2 sums the outputs need besides S */
     int need = (jb->out && jb->out->entropy ? XENT__NEED_SX : 0) | (jb->eps > 0 ? XENT__NEED_Z : 0);
+    int64_t rend = b1 * ROW_BLOCK < in->T ? b1 * ROW_BLOCK : in->T; /* this call's rows end */
+    /* a gradient of more than 64 MiB goes past the caches: streaming stores
+     * save the read of each line before its write */
+    int nt = (double)in->T * (double)in->V * (double)gsz > 64.0 * 1048576.0;
     for (int64_t b = b0; b < b1; b++) {
         int64_t r0 = b * ROW_BLOCK, r1 = r0 + ROW_BLOCK < in->T ? r0 + ROW_BLOCK : in->T;
         double loss = 0;
         int64_t counted = 0, nonfinite = 0;
         for (int64_t r = r0; r < r1; r++) {
             const char *row = (const char *)in->logits + (size_t)r * (size_t)jb->ld * esz;
+            /* the row this thread takes next: prefetched during the last
+             * pass over this one (pass 3 with a gradient, else pass 2) */
+            const char *next = r + 1 < rend ? row + (size_t)jb->ld * esz : NULL;
             int64_t t = target_of(jb, r);
             int64_t tl = (t >= v0 && t < v0 + in->V) ? t - v0 : -1;
             int is_counted = t >= 0;
             if (jb->partial_out) { /* shard statistics only */
                 row_partial(K, row, in->dtype, in->V, tl, &jb->x, XENT__NEED_SX | XENT__NEED_Z,
-                            &jb->partial_out[r], NULL, NULL, NULL);
+                            &jb->partial_out[r], NULL, NULL, NULL, NULL);
                 nonfinite += (jb->partial_out[r].flags & 2) != 0;
                 counted += is_counted;
                 continue;
@@ -748,7 +767,7 @@ static void run_rows(void *ctx, int64_t b0, int64_t b1) {
                          * the row's statistics as the forward does */
                         xent_ce_partial p;
                         double zr;
-                        row_partial(K, row, in->dtype, in->V, tl, &jb->x, 0, &p, ebuf, ebuf_f, &zr);
+                        row_partial(K, row, in->dtype, in->V, tl, &jb->x, 0, &p, ebuf, ebuf_f, &zr, NULL);
                         row_result rr = combine_row(&p, 1, 1, is_counted, &jb->x,
                                                     (double)jb->total, jb->eps, jb->kz, zr);
                         e = ebuf;
@@ -763,7 +782,8 @@ static void run_rows(void *ctx, int64_t b0, int64_t b1) {
             } else {
                 xent_ce_partial p;
                 double zr;
-                row_partial(K, row, in->dtype, in->V, tl, &jb->x, need, &p, ebuf, ebuf_f, &zr);
+                row_partial(K, row, in->dtype, in->V, tl, &jb->x, need, &p, ebuf, ebuf_f, &zr,
+                            jb->grad ? NULL : next);
                 m = (float)p.max;
                 e = (p.flags & 2) ? NULL : ebuf;
                 ef = (p.flags & 2) ? NULL : ebuf_f;
@@ -784,7 +804,8 @@ static void run_rows(void *ctx, int64_t b0, int64_t b1) {
                 grad_row_params gp = grad_params(&st, is_counted, row_scale(jb, r), jb->kz,
                                                  jb->eps, (double)jb->total, sh.M, s);
                 char *grow = (char *)jb->grad + (size_t)r * (size_t)jb->ld_grad * gsz;
-                grad_row(K, row, in->dtype, in->V, tl, &jb->x, &gp, &sh, e, ef, grow, jb->grad_dtype);
+                grad_row(K, row, in->dtype, in->V, tl, &jb->x, &gp, &sh, e, ef, grow, jb->grad_dtype, next,
+                         nt);
             }
         }
         jb->block_loss[b] = loss;

@@ -64,11 +64,13 @@ typedef struct xent__cpu_kern {
      * [0, n); the product by a is skipped when a == 1 and the subtraction
      * when b == 0 (both exact there, so the bits do not depend on it). */
     void (*grad_store)(const double *e, int64_t n, double gc, double s,
-                       double a, double b, void *o, xent_dtype gt);
+                       double a, double b, void *o, xent_dtype gt, int nt);
     /* o[i] = (float)(e[i] * c) (one fp32 product) rounded to nearest even
      * to gt (bf16 or fp16), i in [0, n): the fp32 gradient path of
-     * docs/numerics.md ("The fp32 gradient path"). */
-    void (*grad_f32)(const float *e, int64_t n, float c, void *o, xent_dtype gt);
+     * docs/numerics.md ("The fp32 gradient path"). For both: nt != 0 asks
+     * for streaming (non-temporal) stores where a table has them (a
+     * gradient far larger than the caches; the values are the same). */
+    void (*grad_f32)(const float *e, int64_t n, float c, void *o, xent_dtype gt, int nt);
     /* o[i] = v[i] rounded once to gt (bf16/fp16 through fp32 rounded to
      * odd), i in [0, n) */
     void (*store)(void *o, xent_dtype gt, const double *v, int64_t n);
@@ -86,18 +88,23 @@ const xent__cpu_kern *xent__cpu_kern_get(void);
 
 /* exp(x) for x <= 709 as the kernel needs it: every argument is z' - M or
  * z' - lse, at most a rounding error above 0. x = (16 m + j) ln2/16 + r with
- * |r| <= ln2/32: exp(x) = 2^m 2^(j/16) p(r), p the degree-5 Taylor
+ * |r| <= ln2/32: exp(x) = (2^m 2^(j/16)) p(r), p the degree-5 Taylor
  * polynomial. Relative error below 2^-41 (docs/numerics.md, "exp"); results
  * below e^-708 (~3e-308) are returned as 0: they are far below what a float
  * output or a sum >= 1 can hold. NaN propagates; -inf gives 0. Branch-free,
  * so that the loops using it vectorise; the AVX-512 exp8 does the same
- * operations (its vscalefpd by floor(k/16) forms the same product as the
- * multiply by the constructed 2^m, m >= -1022: one rounding). */
-static const double xent__exp_tab[16] = {
-    0x1.0000000000000p+0, 0x1.0b5586cf9890fp+0, 0x1.172b83c7d517bp+0, 0x1.2387a6e756238p+0,
-    0x1.306fe0a31b715p+0, 0x1.3dea64c123422p+0, 0x1.4bfdad5362a27p+0, 0x1.5ab07dd485429p+0,
-    0x1.6a09e667f3bcdp+0, 0x1.7a11473eb0187p+0, 0x1.8ace5422aa0dbp+0, 0x1.9c49182a3f090p+0,
-    0x1.ae89f995ad3adp+0, 0x1.c199bdd85529cp+0, 0x1.d5818dcfba487p+0, 0x1.ea4afa2a490dap+0};
+ * operations.
+ *
+ * 2^m 2^(j/16) is formed exactly with integer operations: kd = x 16/ln2 +
+ * 1.5 2^52 carries k = 16 m + j in its low bits, so (bits(kd) << 48) is
+ * (m << 52) + (j << 48) modulo 2^64, and xent__exp_tabb[j] holds the bits of
+ * 2^(j/16) (correctly rounded) minus (j << 48): their integer sum is the
+ * double 2^m 2^(j/16), exact for m >= -1022 (x >= -708). */
+static const uint64_t xent__exp_tabb[16] = {
+    0x3ff0000000000000ull, 0x3fefb5586cf9890full, 0x3fef72b83c7d517bull, 0x3fef387a6e756238ull,
+    0x3fef06fe0a31b715ull, 0x3feedea64c123422ull, 0x3feebfdad5362a27ull, 0x3feeab07dd485429ull,
+    0x3feea09e667f3bcdull, 0x3feea11473eb0187ull, 0x3feeace5422aa0dbull, 0x3feec49182a3f090ull,
+    0x3feee89f995ad3adull, 0x3fef199bdd85529cull, 0x3fef5818dcfba487ull, 0x3fefa4afa2a490daull};
 
 static inline double xent__exp_kernel(double x) {
     const double inv = 0x1.71547652b82fep+4;    /* 16 / ln 2           */
@@ -118,11 +125,10 @@ static inline double xent__exp_kernel(double x) {
     p = fma(p, r, 0.5);
     p = fma(p, r, 1.0);
     p = fma(p, r, 1.0);
-    int64_t k = (int64_t)(ki - 0x4338000000000000ull);
-    uint64_t sb = (uint64_t)((k >> 4) + 1023) << 52; /* 2^m, m = floor(k/16) */
-    double sc;
-    memcpy(&sc, &sb, 8);
-    double y = p * xent__exp_tab[k & 15] * sc;
+    uint64_t tb = xent__exp_tabb[ki & 15] + (ki << 48); /* 2^m 2^(j/16) */
+    double t;
+    memcpy(&t, &tb, 8);
+    double y = p * t;
     return x < -708.0 ? 0.0 : y;
 }
 

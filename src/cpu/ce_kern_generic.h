@@ -72,7 +72,9 @@ kg_sum1(double z, const xent__shift *sh, int need, xent__sums8 *acc, int k, doub
     double e = xent__exp_kernel(d);
     if (eo) eo[i] = e;
     if (eof) eof[i] = (float)e;
-    int top = d == 0;
+    /* the columns at the max: z == m, the raw max (the same as d == 0:
+     * distinct floats stay distinct through z / tau and - M) */
+    int top = z == sh->m;
     acc->s[k] += top ? 0.0 : e;
     acc->n[k] += top;
     if (need & XENT__NEED_SX) acc->sx[k] += e * d;
@@ -117,7 +119,8 @@ static void kg_store(void *grow, xent_dtype gt, const double *v, int64_t n) {
 }
 
 static void kg_grad_store(const double *e, int64_t n, double gc, double s, double a,
-                          double b, void *o, xent_dtype gt) {
+                          double b, void *o, xent_dtype gt, int nt) {
+    (void)nt; /* plain stores: the same values */
     double val[XENT__BLOCK];
     int ua = a != 1.0, ub = b != 0.0;
     for (int64_t i = 0; i < n; i++) {
@@ -136,7 +139,8 @@ static inline uint16_t kg_bf16_rne(float f) {
     return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
 }
 
-static void kg_grad_f32(const float *e, int64_t n, float c, void *o, xent_dtype gt) {
+static void kg_grad_f32(const float *e, int64_t n, float c, void *o, xent_dtype gt, int nt) {
+    (void)nt;
     uint16_t *h = (uint16_t *)o;
     if (gt == XENT_BF16) {
         for (int64_t i = 0; i < n; i++) h[i] = kg_bf16_rne(e[i] * c);
