@@ -345,6 +345,11 @@ __device__ __forceinline__ float xc_ex2_ftz(float x) {
  * y_lo = NaN (and so a NaN sum). */
 __device__ __forceinline__ float xc_term(float x, float c2, float c2lo, float &ylo) {
     float y = x * c2;
+    /* 2^y is 0 below 2^-126 (ftz): return it with ylo = 0 when y < -512,
+     * so that x = -inf or an x c2 that overflows (|z| near 3.4e38) gives a
+     * 0 term, not 0 * inf = NaN in the sums (the same bits otherwise: the
+     * term and e ylo were 0 already); NaN fails the test and propagates */
+    if (y < -512.f) { ylo = 0.f; return 0.f; }
     ylo = fmaf(x, c2, -y);
     ylo = fmaf(x, c2lo, ylo);
     return xc_ex2_ftz(y);

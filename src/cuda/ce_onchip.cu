@@ -180,7 +180,8 @@ __device__ __forceinline__ void xq_term(xq_sums &a, int e, float x, float c2, fl
     const float p = xc_term(x, c2, c2lo, t);
     a.s[e & 3] += p;
     a.c[e & 1] = fmaf(p, t, a.c[e & 1]);
-    if (EXTRA) a.sx[e & 3] = fmaf(fmaf(p, t * XC_LN2F, p), x, a.sx[e & 3]);
+    /* p = 0 adds nothing (x may be -inf: two huge logits of either sign) */
+    if (EXTRA && p != 0.f) a.sx[e & 3] = fmaf(fmaf(p, t * XC_LN2F, p), x, a.sx[e & 3]);
 }
 
 /* The 8 columns of a chunk with none of them special. */
@@ -216,7 +217,8 @@ __device__ __forceinline__ void xq_sum8_careful(xq_sums &a, const uint4 *chunk, 
         if (z == m) { a.ntop += 1.f; continue; }
         xq_term<false>(a, 0, z - m, c2, c2lo); /* lane 0: no indexed registers */
         if (EXTRA) {
-            const double x = (double)(z - m); /* exact */
+            const double x = (double)z - (double)m; /* exact: z - m as before, or
+                                                       past FLT_MAX (huge rows) */
             a.ddx = fma(xc_dexp(x * c1), x, a.ddx);
         }
     }

@@ -115,6 +115,7 @@ __device__ __forceinline__ float xc_chunk_max(const float z[8], int nv, int tk) 
  * (bf16/f16 logits: z - m is exact in fp32 and lo = 0.) */
 __device__ __forceinline__ float xc_term_wide(float z, float m, float x, float c2,
                                               float c2lo, float &ylo) {
+    if (x * c2 < -512.f) { ylo = 0.f; return 0.f; } /* as xc_term */
     float bb = x - z;
     float lo = (z - (x - bb)) + (-m - bb);
     float y = x * c2;
@@ -142,7 +143,9 @@ template <bool EXTRA>
 __device__ __forceinline__ void xc_add_term(xc_acc &a, int i, float e, float ylo, float x) {
     a.s[i % XC_LANES] += e;
     a.c[i & 1] = fmaf(e, ylo, a.c[i & 1]);
-    if (EXTRA) a.sx[i % XC_LANES] = fmaf(fmaf(e, ylo * XC_LN2F, e), x, a.sx[i % XC_LANES]);
+    /* e = 0 adds nothing (x may be -inf: two huge logits of either sign) */
+    if (EXTRA && e != 0.f)
+        a.sx[i % XC_LANES] = fmaf(fmaf(e, ylo * XC_LN2F, e), x, a.sx[i % XC_LANES]);
 }
 
 /* The 8 terms of a chunk with no column masked (the fast path's common

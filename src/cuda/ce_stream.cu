@@ -702,7 +702,13 @@ __global__ void __launch_bounds__(1024) xc_row_kernel(const xc_params k) {
             if (grow) xc_pass2_const(k.V, 1, -1, 0, grow, k.grad_dtype, xc_policy_first());
             continue;
         }
-        if (k.mode == XC_MODE_BWD) {
+        /* backward from saved stats: a huge row (|lse| above XC_BIG; then
+         * |M| or |z'_t| is too, or within log V of it) recomputes its
+         * passes 1-2 and the combine below, as the CPU does: {lse, nll}
+         * cannot give L = lse - M without cancellation (docs/numerics.md,
+         * "Huge logits", 4). Block-uniform: every thread reads lse. */
+        const bool bwd = k.mode == XC_MODE_BWD;
+        if (bwd && !(fabs(k.in_stats[r].lse) > XC_BIG)) {
             if (threadIdx.x == 0) {
                 double lse = k.in_stats[r].lse, nll = k.in_stats[r].nll;
                 int nf = w.bad || lse != lse || nll != nll;
@@ -768,13 +774,13 @@ __global__ void __launch_bounds__(1024) xc_row_kernel(const xc_params k) {
                 k.rowstat[r] = xc_rowstat_of(p);
             } else {
                 xc_out o = xc_finish(k, w, &p, 1, 0);
-                xc_emit(k, r, o);
+                if (!bwd) xc_emit(k, r, o);
                 if (k.grad)
                     xc_grad_consts(k, w, o.lse, o.nll, o.nonfinite, sh.zt, !P2, sh.gc, true, NAN,
                                    o.hm, o.L);
             }
         }
-        if (k.mode == XC_MODE_FWD && k.grad) {
+        if ((k.mode == XC_MODE_FWD || bwd) && k.grad) {
             __syncthreads();
             const xc_gconst gc = sh.gc;
             xc_pass2<In, OUT, P2, AL == XC_AL_ALIGNED>(k, gc, row, grow, xc_stage, kcap);
