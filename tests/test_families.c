@@ -68,11 +68,12 @@ static void one_family(const char *dir, const char *fam) {
     CHECK(st == XENT_OK, "%s: load: %s", fam, xent_last_error());
     if (st) goto out;
     CHECK(!strcmp(m->cfg.arch, fam), "%s: arch %s", fam, m->cfg.arch);
-    /* the tokenizer: ids of the text, or (SentencePiece-style) none */
+    /* the tokenizer: the ids of the text (byte-level or SentencePiece-style) */
     {
         const xent_json_node *ids = xent_json_get(&j, r, "text_ids");
         const xent_json_node *tx = xent_json_get(&j, r, "text");
-        if (ids && ids->type == XENT_JSON_ARR) {
+        CHECK(ids && ids->type == XENT_JSON_ARR && tx, "%s: ref.json has no text_ids", fam);
+        if (ids && ids->type == XENT_JSON_ARR && tx) {
             CHECK(m->tok, "%s: no tokenizer: %s", fam, m->tok_note);
             int32_t *got = NULL;
             int64_t n = 0;
@@ -90,10 +91,6 @@ static void one_family(const char *dir, const char *fam) {
                 free(back), free(want);
             }
             free(got);
-        } else {
-            CHECK(!m->tok && strstr(m->tok_note, "byte_fallback"),
-                  "%s: a SentencePiece-style tokenizer.json should be left aside (note '%s')", fam,
-                  m->tok_note);
         }
     }
     int64_t B = (int64_t)num(xent_json_get(&j, r, "B")), S = (int64_t)num(xent_json_get(&j, r, "S"));

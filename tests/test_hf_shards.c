@@ -192,6 +192,11 @@ TEST(hf_index_and_hostile_shards) {
         {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []",
          XENT_ERR_FORMAT, "tokenizer.json"},
         {"{\"model\": {\"type\": \"Unigram\", \"vocab\": []}}", XENT_OK, "Unigram"},
+        {"{\"model\": {\"type\": \"BPE\", \"byte_fallback\": true, \"vocab\": {\"a\": 0},"
+         " \"merges\": []}, \"pre_tokenizer\": {\"type\": \"Metaspace\"}}", XENT_OK,
+         "with a pre_tokenizer"},
+        {"{\"model\": {\"type\": \"BPE\", \"byte_fallback\": true, \"vocab\": {\"a\": 0},"
+         " \"merges\": []}, \"normalizer\": {\"type\": \"NFC\"}}", XENT_OK, "needs the normalizer"},
         {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": []},"
          " \"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": "
          "\"Split\", \"pattern\": {\"Regex\": \"\\\\w+\"}}, {\"type\": \"ByteLevel\", "
@@ -210,6 +215,48 @@ TEST(hf_index_and_hostile_shards) {
     }
     rm_rf(d);
     xent_model_free(m);
+}
+
+/* The SentencePiece-style form with Prepend (Llama 2's tokenizer.json):
+ * ids as Hugging Face tokenizers 0.23 gives them for this file (the piece
+ * after a special token gets its own U+2581; '!' is not in the vocabulary
+ * and falls back to its byte token), and the decode. */
+TEST(hf_tokenizer_spm_prepend) {
+    static const char js[] =
+        "{\"added_tokens\": [{\"id\": 1, \"content\": \"<s>\", \"special\": true}],"
+        " \"normalizer\": {\"type\": \"Sequence\", \"normalizers\": ["
+        "{\"type\": \"Prepend\", \"prepend\": \"\\u2581\"}, {\"type\": \"Replace\", "
+        "\"pattern\": {\"String\": \" \"}, \"content\": \"\\u2581\"}]},"
+        " \"pre_tokenizer\": null, \"model\": {\"type\": \"BPE\", \"byte_fallback\": true,"
+        " \"vocab\": {\"<unk>\": 0, \"<s>\": 1, \"<0x21>\": 2, \"\\u2581\": 3, \"a\": 4,"
+        " \"b\": 5, \"\\u2581a\": 6, \"\\u2581ab\": 7, \"\\u2581b\": 8},"
+        " \"merges\": [\"\\u2581 a\", \"\\u2581a b\", \"\\u2581 b\"]}}";
+    static const struct { const char *text; int32_t ids[4]; int64_t n; const char *back; } cs[] = {
+        {"ab b!", {7, 8, 2}, 3, "ab b!"},
+        {"<s>a", {1, 6}, 2, "<s> a"},
+        {"a<s> b", {6, 1, 3, 8}, 4, "a<s>  b"},
+    };
+    xent_tokenizer *t = NULL;
+    CHECK(xent_tokenizer_from_json(js, sizeof js - 1, "spm.json", &t) == XENT_OK, "load: %s",
+          xent_last_error());
+    if (!t) return;
+    CHECK(!strcmp(xent_tokenizer_pre(t), "spm-prepend"), "pre '%s'", xent_tokenizer_pre(t));
+    for (size_t c = 0; c < sizeof cs / sizeof cs[0]; c++) {
+        int32_t *ids = NULL;
+        int64_t n = 0;
+        CHECK(xent_tokenize(t, cs[c].text, strlen(cs[c].text), &ids, &n) == XENT_OK, "%s",
+              xent_last_error());
+        int same = n == cs[c].n;
+        for (int64_t i = 0; same && i < n; i++) same = ids[i] == cs[c].ids[i];
+        CHECK(same, "'%s': %lld ids [%d %d ...]", cs[c].text, (long long)n, n > 0 ? ids[0] : -1,
+              n > 1 ? ids[1] : -1);
+        char *back = NULL;
+        CHECK(xent_detokenize(t, ids, n, &back, NULL) == XENT_OK && !strcmp(back, cs[c].back),
+              "'%s' decodes to '%s'", cs[c].text, back ? back : "(null)");
+        free(back);
+        free(ids);
+    }
+    xent_tokenizer_free(t);
 }
 
 /* Built-in configurations and random weights: shapes, labels, seeds. */

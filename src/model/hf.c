@@ -692,7 +692,7 @@ static xent_status hf_load_params(const hf_index *x, xent_model *m) {
 }
 
 /* tokenizer.json when present: a malformed one is an error; a well-formed
- * one of a kind the BPE here does not do (SentencePiece-style, Unigram)
+ * one of a kind the BPE here does not do (Unigram, a Metaspace pre-tokenizer)
  * leaves m->tok NULL with the reason in m->tok_note. */
 static xent_status hf_tokenizer(const char *dir, xent_model *m) {
     char path[1100];

@@ -1,8 +1,12 @@
 /* src/model/hf_tokenizer.c: tokenizer.json (Hugging Face tokenizers) ->
  * the byte-level BPE of tokenizer.c. Every count, id and string is checked
  * against the file; what the BPE here cannot reproduce (another model type,
- * byte_fallback, an unknown pre-tokenizer or normalizer) is refused with
- * XENT_ERR_UNSUPPORTED naming what it found. */
+ * an unknown pre-tokenizer or normalizer) is refused with
+ * XENT_ERR_UNSUPPORTED naming what it found. Two kinds:
+ *   byte-level BPE (GPT-2, Llama 3, Qwen2, SmolLM2): ByteLevel pre-tokenizer;
+ *   SentencePiece-style BPE (Gemma, Llama 2): byte_fallback, no
+ *     pre-tokenizer, the normalizer Replace(" " -> "\u2581"), optionally
+ *     after Prepend("\u2581") (tokenizer.c's "spm" and "spm-prepend"). */
 #include "model/model_internal.h"
 
 #include <stdio.h>
@@ -107,6 +111,44 @@ static xent_status pre_name(const xent_json *j, const xent_json_node *pt, const 
     return XENT_OK;
 }
 
+/* U+2581, SentencePiece's word-boundary mark, in UTF-8 */
+#define SPM_MARK "\xE2\x96\x81"
+
+/* A Replace normalizer of " " by U+2581. */
+static int is_space_to_mark(const xent_json *j, const xent_json_node *n) {
+    return str_is(get(j, n, "type"), "Replace") &&
+           str_is(get(j, get(j, n, "pattern"), "String"), " ") &&
+           str_is(get(j, n, "content"), SPM_MARK);
+}
+
+/* The SentencePiece-style forms tokenizer.c implements: byte_fallback, no
+ * pre-tokenizer, and the normalizer Replace(" " -> U+2581) ("spm", Gemma)
+ * or Sequence[Prepend(U+2581), Replace(...)] ("spm-prepend", Llama 2). */
+static xent_status spm_name(const xent_json *j, const xent_json_node *nz,
+                            const xent_json_node *pt, const char *path, const char **name) {
+    if (pt)
+        return xent_set_error(XENT_ERR_UNSUPPORTED, "%s: model.byte_fallback = true with a "
+                              "pre_tokenizer (e.g. Metaspace) is not supported (the "
+                              "SentencePiece-style form here has none)", path);
+    if (nz && is_space_to_mark(j, nz)) {
+        *name = "spm";
+        return XENT_OK;
+    }
+    const xent_json_node *ns = nz && str_is(get(j, nz, "type"), "Sequence")
+                                   ? get(j, nz, "normalizers") : NULL;
+    if (ns && ns->type == XENT_JSON_ARR && ns->count == 2) {
+        const xent_json_node *a = &j->nodes[ns->first], *b = &j->nodes[a->next];
+        if (str_is(get(j, a, "type"), "Prepend") && str_is(get(j, a, "prepend"), SPM_MARK) &&
+            is_space_to_mark(j, b)) {
+            *name = "spm-prepend";
+            return XENT_OK;
+        }
+    }
+    return xent_set_error(XENT_ERR_UNSUPPORTED, "%s: model.byte_fallback = true needs the "
+                          "normalizer Replace(' ' -> U+2581), alone or after Prepend(U+2581); "
+                          "this file has another", path);
+}
+
 typedef struct {
     char **tok;
     size_t *len;
@@ -141,15 +183,17 @@ static xent_status from_json(const xent_json *j, const char *path, xent_tokenize
                               "(BPE)", path, mt->type == XENT_JSON_STR ? (int)(mt->len < 40 ? mt->len : 40) : 1,
                               mt->type == XENT_JSON_STR ? mt->str : "?");
     const xent_json_node *bf = get(j, model, "byte_fallback");
-    if (bf && bf->type == XENT_JSON_TRUE)
-        return xent_set_error(XENT_ERR_UNSUPPORTED, "%s: model.byte_fallback = true "
-                              "(SentencePiece-style BPE) is not supported", path);
     const xent_json_node *nz = get(j, r, "normalizer");
-    if (nz && !str_is(get(j, nz, "type"), "NFC"))
-        return xent_set_error(XENT_ERR_UNSUPPORTED, "%s: a normalizer other than NFC is not "
-                              "supported", path);
     const char *pre = NULL;
-    xent_status st = pre_name(j, get(j, r, "pre_tokenizer"), path, &pre);
+    xent_status st;
+    if (bf && bf->type == XENT_JSON_TRUE) {
+        st = spm_name(j, nz, get(j, r, "pre_tokenizer"), path, &pre);
+    } else {
+        if (nz && !str_is(get(j, nz, "type"), "NFC"))
+            return xent_set_error(XENT_ERR_UNSUPPORTED, "%s: a normalizer other than NFC is not "
+                                  "supported with a byte-level BPE", path);
+        st = pre_name(j, get(j, r, "pre_tokenizer"), path, &pre);
+    }
     if (st) return st;
     const xent_json_node *vocab = get(j, model, "vocab");
     const xent_json_node *merges = get(j, model, "merges");

@@ -1,11 +1,18 @@
 /* src/model/tokenizer.c: GPT-2 style byte-level BPE (SmolLM2, Llama 3,
- * Qwen2) from the vocabulary and merges stored in GGUF.
+ * Qwen2) from the vocabulary and merges stored in GGUF or tokenizer.json,
+ * and SentencePiece-style BPE with byte fallback (Gemma, Llama 2) from
+ * tokenizer.json.
  *
  * encode: split out special tokens (GGUF token types CONTROL and
- * USER_DEFINED), pre-tokenize each remaining piece with the model's
- * pre-tokenizer (the regexes below, matched by hand on code points), map
- * every byte of a chunk to its GPT-2 unicode symbol, then merge the adjacent
- * pair of lowest merge rank until none is left. */
+ * USER_DEFINED), then for each remaining piece
+ *   byte-level: pre-tokenize with the model's pre-tokenizer (the regexes
+ *     below, matched by hand on code points), map every byte of a chunk to
+ *     its GPT-2 unicode symbol, then merge the adjacent pair of lowest merge
+ *     rank until none is left;
+ *   SentencePiece-style ("spm", "spm-prepend"): replace each space by U+2581
+ *     (after prepending one U+2581 for "spm-prepend"), start from the UTF-8
+ *     characters of the whole piece and merge as above; a final symbol that
+ *     is not in the vocabulary becomes its bytes' <0xXX> tokens. */
 #include "model/model_internal.h"
 #include "model/unicode_tables.h"
 
@@ -13,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { PRE_GPT2, PRE_SMOLLM, PRE_LLAMA3, PRE_QWEN2 };
+enum { PRE_GPT2, PRE_SMOLLM, PRE_LLAMA3, PRE_QWEN2, PRE_SPM, PRE_SPM_PREPEND };
 
 typedef struct {
     char **keys;   /* [cap] NUL-terminated, NULL = empty                    */
@@ -319,6 +326,8 @@ static int pre_kind(const char *pre) {
         !strcmp(pre, "smaug-bpe"))
         return PRE_LLAMA3;
     if (!strcmp(pre, "qwen2")) return PRE_QWEN2;
+    if (!strcmp(pre, "spm")) return PRE_SPM;
+    if (!strcmp(pre, "spm-prepend")) return PRE_SPM_PREPEND;
     return PRE_GPT2;
 }
 
@@ -492,11 +501,16 @@ static xent_status bpe_chunk(const xent_tokenizer *t, const unsigned char *s,
                         (long long)len);
         goto done;
     }
+    const int spm = t->pre >= PRE_SPM;
     int64_t pos = 0;
     for (int64_t i = 0; i < len; i++) {
+        /* byte-level: every byte its GPT-2 symbol; SentencePiece-style: the
+         * bytes themselves, a UTF-8 continuation byte joined to its lead
+         * (symbol i then holds the character starting at byte i, and the
+         * continuation bytes' slots are empty: ln 0, out of the list) */
         const char *y = t->sym[s[i]];
-        size_t k = strlen(y);
-        memcpy(buf + pos, y, k);
+        size_t k = spm ? 1 : strlen(y);
+        memcpy(buf + pos, spm ? (const char *)s + i : y, k);
         st[i] = pos;
         ln[i] = (int64_t)k;
         pv[i] = i - 1;
@@ -504,6 +518,15 @@ static xent_status bpe_chunk(const xent_tokenizer *t, const unsigned char *s,
         pos += (int64_t)k;
     }
     buf[pos] = 0;
+    if (spm) /* join continuation bytes (10xxxxxx) to the symbol before */
+        for (int64_t i = 1; i < len; i++) {
+            if ((s[i] & 0xC0) != 0x80) continue;
+            int64_t a = pv[i];
+            ln[a] += ln[i];
+            ln[i] = 0;
+            nx[a] = nx[i];
+            if (nx[a] >= 0) pv[nx[a]] = a;
+        }
     /* Llama 3's tokenizer ignores merges for a chunk that is a token */
     int64_t whole = t->pre == PRE_LLAMA3 && pos > 0
                         ? map_get(&t->vocab, buf, (size_t)pos)
@@ -514,8 +537,8 @@ static xent_status bpe_chunk(const xent_tokenizer *t, const unsigned char *s,
         goto done;
     }
     int64_t nh = 0;
-    for (int64_t i = 0; i + 1 < len; i++)
-        queue_pair(t, buf, st, ln, i, i + 1, key, h, &nh);
+    for (int64_t i = len > 0 ? 0 : -1; i >= 0 && nx[i] >= 0; i = nx[i])
+        queue_pair(t, buf, st, ln, i, nx[i], key, h, &nh);
     while (nh > 0) {
         bpe_cand c = heap_pop(h, &nh);
         int64_t a = c.left, b = nx[a];
@@ -531,6 +554,20 @@ static xent_status bpe_chunk(const xent_tokenizer *t, const unsigned char *s,
     /* symbol 0 is never merged into a left neighbour: it heads the list */
     for (int64_t i = len > 0 ? 0 : -1; i >= 0 && !rc; i = nx[i]) {
         int64_t id = map_get(&t->vocab, buf + st[i], (size_t)ln[i]);
+        if (id < 0 && spm) { /* byte fallback: <0xXX> for each byte */
+            for (int64_t b = 0; b < ln[i] && !rc; b++) {
+                char bt[8];
+                snprintf(bt, sizeof bt, "<0x%02X>", (unsigned char)buf[st[i] + b]);
+                int64_t bid = map_get(&t->vocab, bt, 6);
+                if (bid < 0)
+                    rc = xent_set_error(XENT_ERR_VALUE, "tokenizer: symbol '%.*s' is not in "
+                                        "the vocabulary, nor its byte token %s", (int)ln[i],
+                                        buf + st[i], bt);
+                else if (!push(out, (int32_t)bid))
+                    rc = xent_set_error(XENT_ERR_ALLOC, "tokenizer: ids");
+            }
+            continue;
+        }
         if (id < 0)
             rc = xent_set_error(XENT_ERR_VALUE, "tokenizer: symbol '%.*s' is not "
                             "in the vocabulary", (int)ln[i], buf + st[i]);
@@ -542,10 +579,31 @@ done:
     return rc;
 }
 
+/* SentencePiece-style: the piece normalized (U+2581 for each space, one
+ * before the piece for "spm-prepend") and merged as one chunk. */
+static xent_status encode_spm(const xent_tokenizer *t, const unsigned char *s,
+                              int64_t len, idvec *out) {
+    int64_t sp = 0;
+    for (int64_t i = 0; i < len; i++) sp += s[i] == ' ';
+    const int64_t n = len + 2 * sp + (t->pre == PRE_SPM_PREPEND ? 3 : 0);
+    unsigned char *b = malloc((size_t)n + 1); /* [n] normalized piece */
+    if (!b) return xent_set_error(XENT_ERR_ALLOC, "tokenizer: piece of %lld bytes", (long long)len);
+    int64_t k = 0;
+    if (t->pre == PRE_SPM_PREPEND) memcpy(b, "\xE2\x96\x81", 3), k = 3;
+    for (int64_t i = 0; i < len; i++) {
+        if (s[i] == ' ') memcpy(b + k, "\xE2\x96\x81", 3), k += 3;
+        else b[k++] = s[i];
+    }
+    xent_status st = bpe_chunk(t, b, k, out);
+    free(b);
+    return st;
+}
+
 /* Pre-tokenizes and encodes a piece without special tokens. */
 static xent_status encode_piece(const xent_tokenizer *t, const unsigned char *s,
                                 int64_t len, idvec *out) {
     if (len == 0) return XENT_OK;
+    if (t->pre >= PRE_SPM) return encode_spm(t, s, len, out);
     uint32_t *cp = malloc((size_t)(len + 1) * sizeof *cp);  /* [len] */
     int64_t *off = malloc((size_t)(len + 1) * sizeof *off); /* [len+1] */
     if (!cp || !off) {
@@ -636,10 +694,28 @@ xent_status xent_detokenize(const xent_tokenizer *t, const int32_t *ids,
     char *o = malloc(cap);
     if (!o) return xent_set_error(XENT_ERR_ALLOC, "detokenize");
     size_t k = 0;
+    const int spm = t->pre >= PRE_SPM;
     for (int64_t i = 0; i < n; i++) {
         const unsigned char *s = (const unsigned char *)t->tok[ids[i]];
         int special = t->type[ids[i]] == 3 || t->type[ids[i]] == 4;
         size_t l = strlen((const char *)s);
+        unsigned hx;
+        if (spm && !special && l == 6 && !memcmp(s, "<0x", 3) && s[5] == '>' &&
+            sscanf((const char *)s + 3, "%2X", &hx) == 1) {
+            o[k++] = (char)hx; /* a byte-fallback token: its byte */
+            continue;
+        }
+        if (spm) { /* U+2581 -> space, the rest as is */
+            for (size_t j = 0; j < l;) {
+                if (!special && j + 3 <= l && !memcmp(s + j, "\xE2\x96\x81", 3)) {
+                    o[k++] = ' ';
+                    j += 3;
+                } else {
+                    o[k++] = (char)s[j++];
+                }
+            }
+            continue;
+        }
         for (size_t j = 0; j < l;) {
             uint32_t c = s[j];
             size_t w = 1;
@@ -653,6 +729,8 @@ xent_status xent_detokenize(const xent_tokenizer *t, const int32_t *ids,
         }
     }
     o[k] = 0;
+    if (t->pre == PRE_SPM_PREPEND && k > 0 && o[0] == ' ') /* the prepended mark */
+        memmove(o, o + 1, k--);
     *text = o;
     if (len) *len = k;
     return XENT_OK;

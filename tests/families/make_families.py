@@ -6,8 +6,8 @@ gemma3_text), each with its float64 reference computed here in numpy.
 For each family OUT/<family>/ gets
   config.json, model-0000k-of-0000n.safetensors (3 shards, F32) and
   model.safetensors.index.json (weight_map), tokenizer.json (a byte-level BPE
-  with merges and added tokens; gemma2's is SentencePiece-style, byte_fallback,
-  which the loader must leave aside),
+  with merges and added tokens; gemma2's is SentencePiece-style with the 256
+  byte tokens and byte_fallback),
   ref.json: B, S, tokens, the float64 loss and logits, finite-difference
   gradients of a few parameters, and the token ids of a text under the
   tokenizer (encoded here by a separate BPE).
@@ -348,13 +348,78 @@ def tokenizer_json(pre):
                       "vocab": vocab, "merges": merges}}
 
 
+SPM_CHARS = "▁helowrd123é"
+SPM_MERGES = [("h", "e"), ("l", "l"), ("he", "ll"), ("hell", "o"), ("▁", "w"), ("▁w", "o"),
+              ("r", "l"), ("▁wo", "rl"), ("▁worl", "d"), ("1", "2"), ("12", "3"), ("▁", "h"),
+              ("▁", "▁"), ("é", "▁")]
+SPM_ADDED = ["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>"]
+
+
 def spm_tokenizer_json():
-    """Gemma-style: SentencePiece BPE with byte_fallback (not byte-level)."""
-    vocab = {"<pad>": 0, "<eos>": 1, "<bos>": 2, "<unk>": 3, "▁": 4, "a": 5, "▁a": 6}
-    return {"version": "1.0", "added_tokens": [{"id": 0, "content": "<pad>", "special": True}],
+    """Gemma-style: SentencePiece BPE with byte_fallback (not byte-level):
+    the specials, the 256 byte tokens <0xXX>, characters and merges."""
+    vocab = {s: i for i, s in enumerate(SPM_ADDED)}
+    for b in range(256):
+        vocab["<0x%02X>" % b] = len(vocab)
+    for ch in SPM_CHARS:
+        vocab[ch] = len(vocab)
+    for a, b in SPM_MERGES:
+        vocab[a + b] = len(vocab)
+    added = [{"id": vocab[s], "content": s, "single_word": False, "lstrip": False,
+              "rstrip": False, "normalized": False, "special": True} for s in SPM_ADDED]
+    return {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
             "normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": "▁"},
-            "pre_tokenizer": None, "decoder": None,
-            "model": {"type": "BPE", "byte_fallback": True, "vocab": vocab, "merges": ["▁ a"]}}
+            "pre_tokenizer": None, "post_processor": None,
+            "decoder": {"type": "Sequence", "decoders": [
+                {"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
+                {"type": "ByteFallback"}, {"type": "Fuse"}]},
+            "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>", "continuing_subword_prefix": None,
+                      "end_of_word_suffix": None, "fuse_unk": True, "byte_fallback": True,
+                      "ignore_merges": False, "vocab": vocab,
+                      "merges": [a + " " + b for a, b in SPM_MERGES]}}
+
+
+def spm_encode(text, vocab):
+    """The SentencePiece-style BPE, written apart from the C one: split out
+    the added tokens, spaces to U+2581, merge the lowest-ranked adjacent pair
+    (leftmost among equals) over the characters, unknown symbols as their
+    UTF-8 bytes' <0xXX> tokens."""
+    ranks = {(a, b): i for i, (a, b) in enumerate(SPM_MERGES)}
+    ids = []
+    i = 0
+    while i < len(text):
+        hit = next((s for s in sorted(SPM_ADDED, key=len, reverse=True) if text.startswith(s, i)), None)
+        if hit:
+            ids.append(vocab[hit])
+            i += len(hit)
+            continue
+        j = i + 1
+        while j < len(text) and not any(text.startswith(s, j) for s in SPM_ADDED):
+            j += 1
+        sym = list(text[i:j].replace(" ", "▁"))
+        while True:
+            best = min(((ranks[(sym[k], sym[k + 1])], k) for k in range(len(sym) - 1)
+                        if (sym[k], sym[k + 1]) in ranks), default=None)
+            if best is None:
+                break
+            k = best[1]
+            sym[k:k + 2] = [sym[k] + sym[k + 1]]
+        for s in sym:
+            ids += [vocab[s]] if s in vocab else [vocab["<0x%02X>" % b] for b in s.encode()]
+        i = j
+    return ids
+
+
+def spm_check_with_tokenizers(tj, text, ids):
+    """Where Hugging Face tokenizers is installed, its ids for the file must
+    equal spm_encode's (the reference the C test holds the C tokenizer to)."""
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        return
+    got = Tokenizer.from_str(json.dumps(tj)).encode(text, add_special_tokens=False).ids
+    if got != ids:
+        raise SystemExit("spm reference disagrees with tokenizers: %s vs %s" % (ids, got))
 
 
 def pre_split(text, pre):
@@ -458,7 +523,10 @@ def main():
         write_sharded(d, P)
         text = "hello world 12345 hello<|endoftext|>world<tool> hhe"
         if pre == "spm":
-            tj, ids = spm_tokenizer_json(), None
+            text = "hello  world 12345<start_of_turn>hello wor\u00e9 d\u00e9 x caf\u00e9\U0001F600 h"
+            tj = spm_tokenizer_json()
+            ids = spm_encode(text, tj["model"]["vocab"])
+            spm_check_with_tokenizers(tj, text, ids)
         else:
             tj = tokenizer_json(pre)
             vocab = dict(tj["model"]["vocab"])
