@@ -2,6 +2,7 @@
 #include "cli.h"
 #include "input.h"
 #include "model/model.h"
+#include "xent/io.h"
 #include "core/xent_math.h"
 
 #include <cblas.h>
@@ -216,18 +217,22 @@ static int read_text(const margs *a, char **text, size_t *len) {
         fprintf(stderr, "xent model: needs --text or --file\n");
         return 2;
     }
-    FILE *f = fopen(a->file, "rb");
+    uint64_t n = 0;
+    FILE *f = xent_file_open(a->file, &n); /* a regular file only: never blocks */
     if (!f) {
-        fprintf(stderr, "xent model: cannot open '%s'\n", a->file);
+        fprintf(stderr, "xent model: --file %s\n", xent_last_error());
         return 1;
     }
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    *text = malloc((size_t)(n > 0 ? n : 0) + 1);
-    *len = *text ? fread(*text, 1, (size_t)(n > 0 ? n : 0), f) : 0;
+    *text = n < ((uint64_t)1 << 40) ? malloc((size_t)n + 1) : NULL;
+    *len = *text ? fread(*text, 1, (size_t)n, f) : 0;
     fclose(f);
-    if (!*text) return 1;
+    if (!*text || *len != (size_t)n) {
+        fprintf(stderr, "xent model: --file %s: %s\n", a->file,
+                *text ? "read failed" : "out of memory");
+        free(*text);
+        *text = NULL;
+        return 1;
+    }
     (*text)[*len] = 0;
     return 0;
 }

@@ -455,3 +455,19 @@ def test_gguf_tokenizer_matches_xent():
         assert r.returncode == 0, r.stderr
         want = [int(v) for v in r.stdout.split()]
         assert tok.encode(text, add_special_tokens=False) == want, text
+
+
+def test_write_jsonl_is_atomic(tmp_path):
+    """A dump that fails midway leaves the earlier file as it was and no
+    temporary file behind."""
+    out = tmp_path / "a.jsonl"
+    xd.write_jsonl([{"token_ids": [1, 2]}], str(out))
+    before = out.read_bytes()
+
+    def records():
+        yield {"token_ids": [3]}
+        raise RuntimeError("engine failed")
+    with pytest.raises(RuntimeError):
+        xd.write_jsonl(records(), str(out))
+    assert out.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.jsonl"]

@@ -25,6 +25,7 @@ import json
 import math
 import os
 import sys
+import tempfile
 
 import numpy as np
 
@@ -85,14 +86,28 @@ def make_record(tokens, logprobs, prompt_len, **meta):
 
 
 def write_jsonl(records, path):
-    """Writes the records, one JSON object per line ('-' = stdout)."""
-    f = sys.stdout if path == "-" else open(path, "w", encoding="utf-8")
-    try:
+    """Writes the records, one JSON object per line ('-' = stdout). A file
+    is written to a temporary name beside it and renamed when complete: an
+    interrupted or failed dump leaves any earlier file untouched."""
+    if path == "-":
         for r in records:
-            f.write(json.dumps(r, separators=(",", ":")) + "\n")
-    finally:
-        if f is not sys.stdout:
-            f.close()
+            sys.stdout.write(json.dumps(r, separators=(",", ":")) + "\n")
+        return
+    d = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=d)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            for r in records:
+                f.write(json.dumps(r, separators=(",", ":")) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def read_jsonl(path):

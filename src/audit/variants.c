@@ -1,6 +1,7 @@
 /* src/audit/variants.c: precision variants of `xent audit`.
  * A variant is a name plus key=value overrides of the all-fp32 policy. */
 #include "audit/audit.h"
+#include "xent/io.h"
 #include "core/xent_math.h"
 
 #include <ctype.h>
@@ -230,9 +231,8 @@ xent_status xent__audit_variants_add(xent_audit_variants *list,
 
 xent_status xent__audit_variants_file(const char *path,
                                       xent_audit_variants *list) {
-    FILE *f = fopen(path, "r");
-    if (!f) return xent_set_error(XENT_ERR_IO, "cannot open variant file '%s': %s",
-                              path, strerror(errno));
+    FILE *f = xent_file_open(path, NULL); /* a regular file only: never blocks */
+    if (!f) return XENT_ERR_IO; /* the message names the path */
     char line[1024];
     int lineno = 0;
     xent_status st = XENT_OK;

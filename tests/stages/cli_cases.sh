@@ -261,6 +261,24 @@ with tempfile.TemporaryDirectory() as d:
     r = run("audit", "--model", "tests/data/model/tiny.gguf", "--json", f"{d}/nodir/a.json")
     check(r.returncode == 2 and "--json" in r.stderr, f"audit: --json checked before the run: {r.stderr.strip()}")
 
+    # ---- text inputs that would block: a FIFO is refused, never read -------------
+    # (a tiny Gemma 2 checkpoint with a tokenizer: tests/families/make_families.py)
+    fifo = f"{d}/fifo"
+    os.mkfifo(fifo)
+    subprocess.run([sys.executable, "tests/families/make_families.py", f"{d}/fam", "gemma2"],
+                   capture_output=True, check=True)
+    gem = f"{d}/fam/gemma2"
+    for args, flag in ((["audit", "--model", gem, "--text", fifo], "--text"),
+                       (["audit", "--model", gem, "--variants", fifo], "--variants"),
+                       (["model", "tokenize", gem, "--file", fifo], "--file")):
+        try:
+            r = subprocess.run([xent, *args], capture_output=True, text=True, timeout=20)
+            ok = r.returncode in (1, 2) and flag in r.stderr and "not a regular file" in r.stderr
+            msg = r.stderr.strip()
+        except subprocess.TimeoutExpired:
+            ok, msg = False, "blocked on the FIFO (killed after 20 s)"
+        check(ok, f"{args[0]} {flag} FIFO refused without blocking: {msg}")
+
     # ---- progress line ---------------------------------------------------------
     tiny = os.path.abspath("tests/data/model/tiny.gguf")
     if not os.path.exists(tiny):

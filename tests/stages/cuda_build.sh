@@ -24,17 +24,18 @@ if [ "${CI:-}" != true ] && [ "${XENT_CUDA_BUILD:-0}" != 1 ]; then
 fi
 out=${BUILD%/cpu}
 pass=0; fail=0
+mkdir -p "$out"
 jobs=$(nproc 2>/dev/null || echo 2)
-if make --no-print-directory -j"$jobs" BUILD="$out" lib tools-lib dev > "$out.cuda_build.log" 2>&1; then
+if make --no-print-directory -j"$jobs" BUILD="$out" lib tools-lib dev > "$out/cuda_build.log" 2>&1; then
     pass=$((pass + 1)); echo "ok   the CUDA library and dev/ compile ($out/libxent.so)"
     ls -l "$out/libxent.so" | awk '{print "     size " $5 " bytes"}'
-    if BUILD="$out" sh tests/stages/layers.sh > "$out.cuda_layers.log" 2>&1; then
+    if BUILD="$out" sh tests/stages/layers.sh > "$out/cuda_layers.log" 2>&1; then
         pass=$((pass + 1)); echo "ok   the CUDA library exports only the public API"
     else
-        fail=$((fail + 1)); echo "FAIL the CUDA library's layers:"; grep FAIL -A5 "$out.cuda_layers.log"
+        fail=$((fail + 1)); echo "FAIL the CUDA library's layers:"; grep FAIL -A5 "$out/cuda_layers.log"
     fi
 else
-    fail=$((fail + 1)); echo "FAIL the CUDA build:"; grep -E "error|Error" "$out.cuda_build.log" | head -20
+    fail=$((fail + 1)); echo "FAIL the CUDA build:"; grep -E "error|Error" "$out/cuda_build.log" | head -20
 fi
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
