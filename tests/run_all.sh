@@ -10,8 +10,10 @@ log=$(mktemp); trap 'rm -f "$log"' EXIT
 stage() { # name, command...
     name=$1; shift
     echo "== $name: $*"
+    t0=$(date +%s)
     "$@" 2>&1 | tee "$log"
     rc=$?
+    echo "== $name: $(( $(date +%s) - t0 )) s"
     line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
     if [ -z "$line" ]; then
         echo "== $name: no summary line (exit $rc): counted as 1 failure"

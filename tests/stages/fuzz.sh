@@ -4,14 +4,15 @@
 # (scripts/make_fuzz_seeds.py): a crash, a sanitizer report, a leak, one
 # input slower than 2 s (-timeout=2) or a process above 2 GB
 # (-rss_limit_mb=2048, -malloc_limit_mb=2048) fails the target.
-#   XENT_FUZZ_TIME   seconds per target (default 15)
+#   XENT_FUZZ_TIME   seconds per target (default 60 under CI=true, which has
+#                    90 minutes; 4 elsewhere, a smoke run inside make test's 5)
 #   XENT_FUZZ_JOBS   targets run at once (default 2)
 # Longer, deliberate runs: make fuzz-run FUZZ_TIME=600.
 # Skipped (with the reason) only when clang cannot build a fuzzer here; CI
 # installs clang and its fuzzer runtime (.ci/setup-packages.txt).
 # Prints "N passed, N failed" last.
 BUILD=${BUILD:-build}
-T=${XENT_FUZZ_TIME:-15}
+if [ "${CI:-}" = true ]; then T=${XENT_FUZZ_TIME:-60}; else T=${XENT_FUZZ_TIME:-4}; fi
 JOBS=${XENT_FUZZ_JOBS:-2}
 cd "$(dirname "$0")/../.." || exit 1
 CC_FUZZ=${FUZZ_CC:-clang}
