@@ -246,6 +246,39 @@ def call_f64(prep, opts, out, grad_rows=None):
     return int(cnt[0]), int(cnt[1])
 
 
+def _forward_done(ctx, cfg, prep, loss, grad):
+    """The cross-entropy Functions' common forward tail: what the backward
+    needs (the labels as prepared, a fused gradient), and the loss shaped
+    as the call asked."""
+    ctx.cfg, ctx.prep_labels = cfg, prep.labels
+    ctx.pre = grad
+    ctx.done = False
+    if cfg.reduction == "none":
+        return loss.view(prep.batch_shape)
+    return loss.view(())
+
+
+def _backward_start(ctx, g):
+    """Refuses a second backward over an in-place gradient; returns the
+    gradient the forward already wrote (take_fused_grad), or None."""
+    if ctx.done and ctx.cfg.inplace:
+        raise XentError("inplace_backward=True: the logits buffer "
+                        "already holds the gradient; a second backward "
+                        "is not possible", C.ERR_VALUE)
+    ctx.done = True
+    return take_fused_grad(ctx, g) if ctx.pre is not None else None
+
+
+def _prepared_again(ctx, logits, **kw):
+    """The logits prepared for the backward, with the forward's labels."""
+    prep = Prepared(logits, None, need_labels=False, **kw)
+    prep.labels = ctx.prep_labels
+    prep.inp.labels = prep.labels.data_ptr()
+    prep.inp.label_dtype = (C.I32 if prep.labels.dtype == torch.int32
+                            else C.I64)
+    return prep
+
+
 class _CrossEntropyF64(torch.autograd.Function):
     """xent.cross_entropy on float64 CPU logits: xent_ce_f64 (faithful
     float64 loss and gradient). The backward recomputes the rows from the
@@ -268,31 +301,17 @@ class _CrossEntropyF64(torch.autograd.Function):
                 and cfg.reduction != "none" and prep.T and prep.V):
             grad = empty_rows((prep.T, prep.V), torch.float64, logits.device)
         call_f64(prep, opts, f64_out(loss=loss, grad=grad))
-        ctx.cfg, ctx.prep_labels = cfg, prep.labels
         ctx.save_for_backward(logits)
-        ctx.pre = grad
-        ctx.done = False
-        if cfg.reduction == "none":
-            return loss.view(prep.batch_shape)
-        return loss.view(())
+        return _forward_done(ctx, cfg, prep, loss, grad)
 
     @staticmethod
     def backward(ctx, g):
         logits, = ctx.saved_tensors
         cfg = ctx.cfg
-        if ctx.done and cfg.inplace:
-            raise XentError("inplace_backward=True: the logits buffer "
-                            "already holds the gradient; a second backward "
-                            "is not possible", C.ERR_VALUE)
-        ctx.done = True
-        pre = take_fused_grad(ctx, g) if ctx.pre is not None else None
+        pre = _backward_start(ctx, g)
         if pre is not None:
             return pre.view(logits.shape), None, None
-        prep = Prepared(logits, None, need_labels=False, allow_f64=True)
-        prep.labels = ctx.prep_labels
-        prep.inp.labels = prep.labels.data_ptr()
-        prep.inp.label_dtype = (C.I32 if prep.labels.dtype == torch.int32
-                                else C.I64)
+        prep = _prepared_again(ctx, logits, allow_f64=True)
         opts = C.make_opts(**cfg.opts)
         rows = None
         if cfg.reduction == "none":
@@ -403,31 +422,18 @@ class _CrossEntropy(torch.autograd.Function):
                               logits.device)
         loss, stats, count = forward_stats(prep, opts, cfg.reduction,
                                            cfg.group, grad=grad)
-        ctx.cfg, ctx.prep_labels, ctx.count = cfg, prep.labels, count
+        ctx.count = count
         ctx.save_for_backward(logits, stats)
-        ctx.pre = grad
-        ctx.done = False
-        if cfg.reduction == "none":
-            return loss.view(prep.batch_shape)
-        return loss.view(())
+        return _forward_done(ctx, cfg, prep, loss, grad)
 
     @staticmethod
     def backward(ctx, g):
         logits, stats = ctx.saved_tensors
         cfg = ctx.cfg
-        if ctx.done and cfg.inplace:
-            raise XentError("inplace_backward=True: the logits buffer "
-                            "already holds the gradient; a second backward "
-                            "is not possible", C.ERR_VALUE)
-        ctx.done = True
-        pre = take_fused_grad(ctx, g) if ctx.pre is not None else None
+        pre = _backward_start(ctx, g)
         if pre is not None:
             return pre, None, None
-        prep = Prepared(logits, None, need_labels=False, exact=cfg.exact)
-        prep.labels = ctx.prep_labels
-        prep.inp.labels = prep.labels.data_ptr()
-        prep.inp.label_dtype = (C.I32 if prep.labels.dtype == torch.int32
-                                else C.I64)
+        prep = _prepared_again(ctx, logits, exact=cfg.exact)
         opts = C.make_opts(**cfg.opts)
         rows = _upstream(g, prep, opts, cfg, ctx.count)   # [T] or None
         if cfg.inplace:                         # dL/dz over the logits
